@@ -1,0 +1,75 @@
+"""One typed dataclass per stage, composed into ``PipelineConfig``.
+
+Every field has a default that works on the shipped models; the CLI maps its
+options onto these fields and nothing else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class DetectConfig:
+    backend: str = "yunet"  # name in streamdeid.detect.REGISTRY
+    model_path: str | None = None  # None: the model the backend ships with
+    score_threshold: float = 0.5  # lower catches more faces (privacy first)
+    nms_threshold: float = 0.3
+    # Longest side of the image the detector sees. Frames smaller than this
+    # are upscaled so that 10-15 px faces stay detectable; larger ones are
+    # downscaled. 0 means "native resolution".
+    input_size: int = 640
+    every: int = 1  # run the detector on every N-th frame, track in between
+
+
+@dataclass
+class TrackConfig:
+    hold_seconds: float = 0.5  # keep a lost track covered at its predicted box this long
+    high_score: float = 0.6  # ByteTrack first-stage detection score
+    match_iou: float = 0.2  # minimum IoU to associate a detection with a track
+
+
+@dataclass
+class AlignConfig:
+    crop_size: int = 128  # model resolution of the aligned crop (pixels)
+    # Extra border around the canonical 5-point template, as a fraction of
+    # the crop, so the crop reaches from forehead to chin.
+    margin: float = 0.25
+
+
+@dataclass
+class AnonymizeConfig:
+    method: str = "blur"  # blur | mosaic | solid (dbaf later)
+    # blur: Gaussian sigma as a fraction of the crop size; mosaic: cells per side.
+    blur_sigma: float = 0.08
+    mosaic_cells: int = 8
+    solid_color: tuple[int, int, int] = (128, 128, 128)  # BGR
+
+
+@dataclass
+class BlendConfig:
+    mask: str = "ellipse"  # ellipse | hull
+    margin: float = 0.15  # grow the mask by this fraction of the face size
+    feather: float = 0.08  # soft edge width as a fraction of the crop size
+
+
+@dataclass
+class OutputConfig:
+    codec: str = "libx264"
+    crf: int = 18
+    preset: str = "veryfast"
+    pix_fmt: str = "yuv420p"
+    overwrite: bool = False
+
+
+@dataclass
+class PipelineConfig:
+    detect: DetectConfig = field(default_factory=DetectConfig)
+    track: TrackConfig = field(default_factory=TrackConfig)
+    align: AlignConfig = field(default_factory=AlignConfig)
+    anonymize: AnonymizeConfig = field(default_factory=AnonymizeConfig)
+    blend: BlendConfig = field(default_factory=BlendConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)
+    lookahead_seconds: float = 0.5  # file mode: cover a track in the frames before its first detection
+    export_tracks: str | None = None  # path of a JSONL audit log, or None
+    progress: bool = True

@@ -1,0 +1,121 @@
+"""Typed, validated values passed between pipeline stages.
+
+Conventions: images are numpy uint8 BGR ``[H, W, 3]`` (OpenCV order), boxes are
+``x1, y1, x2, y2`` in frame pixels (float32), landmarks are YuNet's 5 points in
+the order right eye, left eye, nose tip, right mouth corner, left mouth corner
+(the subject's right/left), ``[5, 2]`` float32 ``(x, y)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import numpy as np
+
+
+class StreamdeidError(Exception):
+    """An error with a one-line message meant for the user (no traceback)."""
+
+
+@dataclass
+class Frame:
+    """One decoded video frame and its timing.
+
+    ``pts`` is in ``time_base`` units and copied to the output unchanged, so
+    variable frame rate survives. ``index`` counts decoded frames from 0.
+    """
+
+    index: int
+    image: np.ndarray  # [H, W, 3] uint8 BGR
+    pts: int | None
+    time_base: Fraction | None
+
+    def __post_init__(self) -> None:
+        if self.image.ndim != 3 or self.image.shape[2] != 3 or self.image.dtype != np.uint8:
+            raise ValueError(f"Frame.image must be uint8 [H,W,3], got {self.image.dtype} {self.image.shape}")
+
+    @property
+    def seconds(self) -> float | None:
+        if self.pts is None or self.time_base is None:
+            return None
+        return float(self.pts * self.time_base)
+
+
+@dataclass
+class Detections:
+    """Faces found in one frame (supervision's ``Detections``, cut down)."""
+
+    boxes: np.ndarray  # [N, 4] float32 x1, y1, x2, y2
+    scores: np.ndarray  # [N] float32
+    landmarks: np.ndarray  # [N, 5, 2] float32
+
+    def __post_init__(self) -> None:
+        self.boxes = np.asarray(self.boxes, dtype=np.float32).reshape(-1, 4)
+        n = len(self.boxes)
+        self.scores = np.asarray(self.scores, dtype=np.float32).reshape(n)
+        self.landmarks = np.asarray(self.landmarks, dtype=np.float32).reshape(n, 5, 2)
+
+    def __len__(self) -> int:
+        return len(self.boxes)
+
+    @classmethod
+    def empty(cls) -> "Detections":
+        return cls(np.zeros((0, 4)), np.zeros((0,)), np.zeros((0, 5, 2)))
+
+    def __getitem__(self, idx) -> "Detections":
+        idx = np.atleast_1d(np.arange(len(self))[idx])
+        return Detections(self.boxes[idx], self.scores[idx], self.landmarks[idx])
+
+
+@dataclass
+class TrackedFace:
+    """A tracked face in one frame.
+
+    ``state`` is ``"detected"`` (matched to a detection this frame), ``"held"``
+    (no detection: the track's predicted box, kept covered for ``--hold``
+    seconds) or ``"backfilled"`` (added by the look-ahead buffer to frames
+    before the track was first detected).
+    """
+
+    track_id: int
+    box: np.ndarray  # [4] float32
+    landmarks: np.ndarray  # [5, 2] float32
+    score: float
+    state: str = "detected"
+
+    def __post_init__(self) -> None:
+        self.box = np.asarray(self.box, dtype=np.float32).reshape(4)
+        self.landmarks = np.asarray(self.landmarks, dtype=np.float32).reshape(5, 2)
+        if self.state not in ("detected", "held", "backfilled"):
+            raise ValueError(f"unknown TrackedFace.state {self.state!r}")
+
+
+@dataclass
+class AlignedFace:
+    """A face crop at model resolution and the warp that made it.
+
+    ``matrix`` maps frame coordinates to crop coordinates ([2, 3], for
+    ``cv2.warpAffine``); ``inverse`` maps crop back to frame.
+    """
+
+    crop: np.ndarray  # [S, S, 3] uint8 BGR
+    matrix: np.ndarray  # [2, 3] float64, frame -> crop
+    inverse: np.ndarray  # [2, 3] float64, crop -> frame
+
+
+@dataclass
+class FaceContext:
+    """What an anonymizer may know about each crop in a batch."""
+
+    track_id: int
+    frame_index: int
+    key: bytes | None = None  # per-track key material (32 bytes) when a key file is in use
+
+
+@dataclass
+class FrameResult:
+    """A frame after tracking, waiting in the look-ahead buffer."""
+
+    frame: Frame
+    faces: list[TrackedFace] = field(default_factory=list)
