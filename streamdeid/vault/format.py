@@ -1,0 +1,104 @@
+"""Byte layout of a vault file (``<output>.sdv``). All integers little-endian.
+
+Header::
+
+    "SDVAULT" (7) | version u8 (=1) | json_len u32 | JSON metadata (UTF-8) | HMAC-SHA256 (32)
+
+The HMAC key is ``header_mac_key(master, video_id)``; ``header_digest`` =
+SHA-256 of everything before the HMAC and is bound into every record's AAD.
+
+Records, appended one after another::
+
+    length u32 (bytes after this field) | type u8 | track_id u32 | frame_index u64 | body
+
+    TRACK     (1) body = check (16, clear) | nonce (12) | GCM(vault_key, b"")       first record of a track
+    FRAME     (2) body = nonce (12) | GCM(vault_key, frame payload)
+    TRACK_END (3) body = nonce (12) | GCM(vault_key, u64 number of FRAME records of this track)
+    END       (4) body = nonce (12) | GCM(end_key, u64 records before END | u32 track count)
+                  track_id = 0, frame_index = largest frame index in the vault
+
+    AAD = header_digest | seq u64 | type u8 | track_id u32 | frame_index u64 [| check, TRACK only]
+
+``seq`` is the record's position (0, 1, 2, ...), not stored. ``vault_key`` is
+``vault_key(track_key(master, video_id, track_id))``; ``check`` is
+``track_key_check(track_key)``. Every track's records are TRACK, FRAME*,
+TRACK_END; END is last and nothing may follow it.
+
+Frame payload (plaintext)::
+
+    flags u8 (1: pts present, 2: crop present) | pts i64 | inverse 6 x f64 (row-major [2, 3])
+    | crop_w u32 | crop_h u32 | n_mask u16 | mask n_mask x f64 | PNG bytes of the crop (rest)
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+import numpy as np
+
+MAGIC = b"SDVAULT"
+VERSION = 1
+ALGORITHMS = "HKDF-SHA256/AES-256-GCM/HMAC-SHA256"
+NONCE_LEN = 12
+TAG_LEN = 16
+MAC_LEN = 32
+MAX_JSON = 1 << 20
+MAX_RECORD = 64 << 20
+
+HEADER_FIXED = struct.Struct("<7sBI")  # magic, version, json_len
+LEN = struct.Struct("<I")
+REC = struct.Struct("<BIQ")  # type, track_id, frame_index
+AAD = struct.Struct("<QBIQ")  # seq, type, track_id, frame_index
+
+TRACK, FRAME, TRACK_END, END = 1, 2, 3, 4
+TYPE_NAMES = {TRACK: "track", FRAME: "frame", TRACK_END: "track-end", END: "end"}
+CHECK_LEN = 16
+# exact body sizes of the fixed-size record types
+BODY_LEN = {
+    TRACK: CHECK_LEN + NONCE_LEN + TAG_LEN,
+    TRACK_END: NONCE_LEN + 8 + TAG_LEN,
+    END: NONCE_LEN + 12 + TAG_LEN,
+}
+MIN_FRAME_BODY = NONCE_LEN + TAG_LEN
+
+PAYLOAD = struct.Struct("<Bq6dIIH")
+FLAG_PTS, FLAG_CROP = 1, 2
+
+
+def aad(header_digest: bytes, seq: int, rtype: int, track_id: int, frame_index: int, extra: bytes = b"") -> bytes:
+    return header_digest + AAD.pack(seq, rtype, track_id, frame_index) + extra
+
+
+def pack_payload(pts, inverse: np.ndarray, crop_size: tuple[int, int], mask: np.ndarray, png: bytes | None) -> bytes:
+    flags = (FLAG_PTS if pts is not None else 0) | (FLAG_CROP if png is not None else 0)
+    head = PAYLOAD.pack(
+        flags, 0 if pts is None else int(pts), *inverse.reshape(6).tolist(), crop_size[0], crop_size[1], len(mask)
+    )
+    return head + mask.astype("<f8").tobytes() + (png or b"")
+
+
+@dataclass
+class FramePayload:
+    pts: int | None
+    inverse: np.ndarray
+    crop_size: tuple[int, int]
+    mask_params: np.ndarray
+    png: bytes | None = field(repr=False)
+
+
+def unpack_payload(data: bytes) -> FramePayload:
+    """Raises ValueError/struct.error on malformed data."""
+    vals = PAYLOAD.unpack_from(data)
+    flags, pts = vals[0], vals[1]
+    inverse = np.array(vals[2:8], dtype=np.float64).reshape(2, 3)
+    crop_w, crop_h, n_mask = vals[8:11]
+    off = PAYLOAD.size
+    if flags & ~(FLAG_PTS | FLAG_CROP) or len(data) < off + 8 * n_mask:
+        raise ValueError("malformed frame payload")
+    mask = np.frombuffer(data, dtype="<f8", count=n_mask, offset=off).astype(np.float64)
+    off += 8 * n_mask
+    png = data[off:] if flags & FLAG_CROP else None
+    if png is None and off != len(data):
+        raise ValueError("malformed frame payload")
+    return FramePayload(pts if flags & FLAG_PTS else None, inverse, (crop_w, crop_h), mask, png)

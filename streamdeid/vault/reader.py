@@ -1,0 +1,434 @@
+"""Vault reader: keyless inspection, key checks, authenticated record decryption.
+
+Damage API. ``records()`` validates the key eagerly (StreamdeidError before
+anything is decrypted) and returns a generator. While iterating:
+
+* a record that fails authentication or is malformed raises StreamdeidError
+  ("vault record N (track T, frame F) ...") after every earlier record has
+  been yielded;
+* a truncated vault (partial last record, or the end record missing) is not
+  an exception by default: the generator yields every complete record, stops,
+  and sets ``reader.damage`` to a :class:`VaultDamage` (``str(damage)`` is a
+  one-line message such as "vault truncated after record 41 (last complete
+  frame 117): ..."). Pass ``strict=True`` to get a StreamdeidError instead.
+  ``reader.damage`` is None after a complete, intact vault.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import struct
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator
+
+import cv2
+import numpy as np
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from streamdeid.keys import derive
+from streamdeid.keys.keyfile import KeyFile, MasterKey, TrackKey
+from streamdeid.types import StreamdeidError
+
+from . import format as fmt
+
+
+@dataclass(frozen=True)
+class VaultRecord:
+    """One decrypted face record."""
+
+    seq: int  # position of the record in the vault
+    track_id: int
+    frame_index: int
+    pts: int | None
+    inverse: np.ndarray  # [2, 3] float64 crop -> frame
+    crop_size: tuple[int, int]  # (width, height)
+    mask_params: np.ndarray  # [n] float64
+    crop: np.ndarray | None = field(repr=False)  # uint8 [H, W, 3] BGR, None in geometry-only vaults
+
+
+@dataclass(frozen=True)
+class VaultDamage:
+    """How a truncated vault ended."""
+
+    kind: str  # "truncated"
+    records_ok: int  # complete records in the file (all tracks)
+    last_frame: int | None  # largest frame index among complete frame records (all tracks)
+    partial_bytes: int  # bytes of a partial record at the end that were discarded
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+
+@dataclass
+class _Raw:
+    seq: int
+    offset: int
+    rtype: int
+    track_id: int
+    frame_index: int
+    body_len: int
+    body: bytes | None
+
+
+@dataclass
+class _Problem:
+    kind: str  # "corrupt" | "truncated"
+    seq: int
+    message: str
+    partial_bytes: int = 0
+    last_frame: int | None = None
+
+
+def _coerce_key(key) -> KeyFile:
+    if isinstance(key, KeyFile):
+        return key
+    if isinstance(key, (bytes, bytearray, memoryview)):
+        return MasterKey(bytes(key))
+    raise TypeError(f"expected a MasterKey, TrackKey or 32 master key bytes, got {type(key).__name__}")
+
+
+class VaultReader:
+    """Open a vault. The header (``header``, ``video_id``) is parsed without a key."""
+
+    def __init__(self, path) -> None:
+        self.path = os.fspath(path)
+        self.damage: VaultDamage | None = None
+        try:
+            with open(self.path, "rb") as f:
+                fixed = f.read(fmt.HEADER_FIXED.size)
+                if len(fixed) < fmt.HEADER_FIXED.size or fixed[:7] != fmt.MAGIC:
+                    raise StreamdeidError(f"not a streamdeid vault: {self.path}")
+                _, version, json_len = fmt.HEADER_FIXED.unpack(fixed)
+                if version != fmt.VERSION:
+                    raise StreamdeidError(
+                        f"unsupported vault format version {version} in {self.path} "
+                        f"(this streamdeid reads version {fmt.VERSION})"
+                    )
+                if json_len > fmt.MAX_JSON:
+                    raise StreamdeidError(f"vault header is corrupt: {self.path}")
+                js = f.read(json_len)
+                mac = f.read(fmt.MAC_LEN)
+        except FileNotFoundError:
+            raise StreamdeidError(f"vault not found: {self.path}") from None
+        except IsADirectoryError:
+            raise StreamdeidError(f"vault is a directory: {self.path}") from None
+        except OSError as e:
+            raise StreamdeidError(f"cannot read vault {self.path}: {e.strerror}") from None
+        if len(js) != json_len or len(mac) != fmt.MAC_LEN:
+            raise StreamdeidError(f"vault header is truncated: {self.path}")
+        try:
+            meta = json.loads(js.decode("utf-8"))
+            if not isinstance(meta, dict):
+                raise ValueError
+            self.video_id = derive.check_video_id(bytes.fromhex(meta["video_id"]))
+            self._key_check = bytes.fromhex(meta["key_check"])
+            if len(self._key_check) != derive.CHECK_LEN:
+                raise ValueError
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+            raise StreamdeidError(f"vault header is corrupt: {self.path}") from None
+        self.header: dict = meta
+        self.version = version
+        self._head = fixed + js
+        self._mac = mac
+        self.header_digest = hashlib.sha256(self._head).digest()
+        self._data_start = len(self._head) + fmt.MAC_LEN
+
+    def __repr__(self) -> str:
+        return f"VaultReader(path={self.path!r}, video_id={self.video_id.hex()})"
+
+    # ------------------------------------------------------------------ raw records
+
+    def _iter_raw(self, want_body=lambda rtype, track_id: False) -> Iterator[_Raw | _Problem]:
+        """Walk the records' clear fields; yields _Raw items, then at most one _Problem.
+
+        Checks structure and record order only (no key). Bodies are read when
+        ``want_body(rtype, track_id)`` (always for TRACK records).
+        """
+        try:
+            f = open(self.path, "rb")
+        except OSError as e:
+            raise StreamdeidError(f"cannot read vault {self.path}: {e.strerror}") from None
+        with f:
+            try:
+                size = os.fstat(f.fileno()).st_size
+                if f.read(len(self._head)) != self._head:
+                    raise StreamdeidError(f"vault changed while reading: {self.path}")
+                f.seek(self._data_start)
+                yield from self._walk(f, size, want_body)
+            except OSError as e:
+                raise StreamdeidError(f"cannot read vault {self.path}: {e.strerror}") from None
+
+    def _walk(self, f, size: int, want_body) -> Iterator[_Raw | _Problem]:
+        pos, seq = self._data_start, 0
+        open_tracks: set[int] = set()
+        ended: set[int] = set()
+        last_frame: int | None = None
+
+        def where(rtype=None, tid=None, fi=None) -> str:
+            s = f"vault record {seq}"
+            if rtype in (fmt.TRACK, fmt.FRAME, fmt.TRACK_END):
+                s += f" (track {tid}, frame {fi})"
+            return s
+
+        def truncated(partial: int) -> _Problem:
+            lf = "" if last_frame is None else f" (last complete frame {last_frame})"
+            lost = (
+                f"frames after {last_frame} are missing" if last_frame is not None else "no frame records survived"
+            )
+            tail = f"; a partial record of {partial} bytes was discarded" if partial else "; the end record is missing"
+            return _Problem("truncated", seq, f"vault truncated after record {seq}{lf}: {lost}{tail}",
+                            partial, last_frame)
+
+        while True:
+            remaining = size - pos
+            if remaining == 0:
+                yield truncated(0)
+                return
+            if remaining < fmt.LEN.size + fmt.REC.size:
+                yield truncated(remaining)
+                return
+            head = f.read(fmt.LEN.size + fmt.REC.size)
+            if len(head) != fmt.LEN.size + fmt.REC.size:  # file shrank under us
+                yield truncated(len(head))
+                return
+            (length,) = fmt.LEN.unpack_from(head)
+            rtype, tid, fi = fmt.REC.unpack_from(head, fmt.LEN.size)
+            body_len = length - fmt.REC.size
+            if body_len < 0 or length > fmt.MAX_RECORD:
+                yield _Problem("corrupt", seq, f"{where()} is corrupt (bad length): the vault is damaged or tampered")
+                return
+            if remaining < fmt.LEN.size + length:
+                yield truncated(remaining)
+                return
+            if rtype not in fmt.TYPE_NAMES:
+                yield _Problem("corrupt", seq, f"{where()} has an unknown type: the vault is damaged or tampered")
+                return
+            expected = fmt.BODY_LEN.get(rtype)
+            if (expected is not None and body_len != expected) or (rtype == fmt.FRAME and body_len < fmt.MIN_FRAME_BODY):
+                yield _Problem("corrupt", seq, f"{where(rtype, tid, fi)} is corrupt (bad size): "
+                               "the vault is damaged or tampered")
+                return
+            bad_order = (
+                (rtype == fmt.TRACK and (tid in open_tracks or tid in ended))
+                or (rtype in (fmt.FRAME, fmt.TRACK_END) and tid not in open_tracks)
+                or (rtype == fmt.END and (open_tracks or tid != 0))
+            )
+            if bad_order:
+                yield _Problem("corrupt", seq, f"{where(rtype, tid, fi)} is out of order: "
+                               "the vault is damaged or tampered")
+                return
+            if rtype == fmt.TRACK or want_body(rtype, tid):
+                body = f.read(body_len)
+                if len(body) != body_len:
+                    yield truncated(fmt.LEN.size + fmt.REC.size + len(body))
+                    return
+            else:
+                body = None
+                f.seek(body_len, os.SEEK_CUR)
+            yield _Raw(seq, pos, rtype, tid, fi, body_len, body)
+            pos += fmt.LEN.size + length
+            if rtype == fmt.TRACK:
+                open_tracks.add(tid)
+            elif rtype == fmt.TRACK_END:
+                open_tracks.discard(tid)
+                ended.add(tid)
+            elif rtype == fmt.FRAME:
+                last_frame = fi if last_frame is None else max(last_frame, fi)
+            seq += 1
+            if rtype == fmt.END:
+                if pos != size:
+                    yield _Problem("corrupt", seq, f"{size - pos} bytes of unexpected data after the end record "
+                                   f"of {self.path}: the vault is damaged or tampered")
+                return
+
+    # ------------------------------------------------------------------ inspect
+
+    def inspect(self) -> dict:
+        """Header and record statistics, no key needed and nothing secret."""
+        tracks: dict[int, dict] = {}
+        n_records = n_frames = payload = 0
+        first = last = None
+        problem = None
+        complete = False
+        for item in self._iter_raw():
+            if isinstance(item, _Problem):
+                problem = item
+                break
+            n_records += 1
+            if item.rtype == fmt.FRAME:
+                n_frames += 1
+                payload += item.body_len
+                t = tracks.setdefault(item.track_id, {"frames": 0, "first_frame": item.frame_index,
+                                                      "last_frame": item.frame_index})
+                t["frames"] += 1
+                t["first_frame"] = min(t["first_frame"], item.frame_index)
+                t["last_frame"] = max(t["last_frame"], item.frame_index)
+                first = item.frame_index if first is None else min(first, item.frame_index)
+                last = item.frame_index if last is None else max(last, item.frame_index)
+            elif item.rtype == fmt.TRACK:
+                tracks.setdefault(item.track_id, {"frames": 0, "first_frame": item.frame_index,
+                                                  "last_frame": item.frame_index})
+            elif item.rtype == fmt.END:
+                complete = True
+        return {
+            "path": self.path,
+            "file_size": os.path.getsize(self.path),
+            "format_version": self.version,
+            "video_id": self.video_id.hex(),
+            "header": dict(self.header),
+            "record_count": n_records,
+            "frame_records": n_frames,
+            "encrypted_payload_bytes": payload,
+            "frame_range": None if first is None else [first, last],
+            "track_ids": sorted(tracks),
+            "tracks": {tid: tracks[tid] for tid in sorted(tracks)},
+            "complete": complete and problem is None,
+            "damage": None if problem is None else problem.message,
+        }
+
+    # ------------------------------------------------------------------ decryption
+
+    def check_key(self, key, tracks: Iterable[int] | None = None) -> tuple[KeyFile, set[int] | None]:
+        """Validate ``key`` (and the requested ``tracks``) against this vault without decrypting records.
+
+        Returns (key, selected track ids or None for all). Raises StreamdeidError
+        for a wrong key, a key for another video, a track key for another
+        track, or a header that fails authentication.
+        """
+        key = _coerce_key(key)
+        wanted = None if tracks is None else {derive.check_track_id(t) for t in tracks}
+        if isinstance(key, MasterKey):
+            if not hmac.compare_digest(key.key_check(self.video_id), self._key_check):
+                raise StreamdeidError(
+                    "wrong key: this master key did not make this vault (another key, or a vault of another video)"
+                )
+            mac = hmac.new(derive.header_mac_key(key.key_bytes, self.video_id), self._head, hashlib.sha256).digest()
+            if not hmac.compare_digest(mac, self._mac):
+                raise StreamdeidError(f"vault header failed authentication (tampered): {self.path}")
+            selected = wanted
+        elif isinstance(key, TrackKey):
+            if key.video_id != self.video_id:
+                raise StreamdeidError(
+                    f"wrong key: this track key is for another video ({key.video_id.hex()}, "
+                    f"the vault is {self.video_id.hex()})"
+                )
+            if wanted is not None and wanted - {key.track_id}:
+                others = ", ".join(str(t) for t in sorted(wanted - {key.track_id}))
+                raise StreamdeidError(f"this track key opens only track {key.track_id}, not track(s) {others}")
+            selected = {key.track_id}
+        else:
+            raise TypeError(f"unsupported key type {type(key).__name__}")
+
+        # Clear-text pass: which tracks exist, and their key-check values.
+        checks: dict[int, bytes] = {}
+        problem = None
+        for item in self._iter_raw():
+            if isinstance(item, _Problem):
+                problem = item
+                break
+            if item.rtype == fmt.TRACK:
+                checks[item.track_id] = item.body[: derive.CHECK_LEN]
+        if isinstance(key, TrackKey) and key.track_id in checks:
+            if not hmac.compare_digest(checks[key.track_id], derive.track_key_check(key.key_bytes)):
+                raise StreamdeidError(f"wrong key: this track key does not open track {key.track_id} of this vault")
+        if selected is not None and problem is None:
+            missing = selected - checks.keys()
+            if missing:
+                have = ", ".join(str(t) for t in sorted(checks)) or "none"
+                raise StreamdeidError(
+                    f"track(s) {', '.join(str(t) for t in sorted(missing))} not in this vault (tracks: {have})"
+                )
+        return key, selected
+
+    def records(self, key, tracks: Iterable[int] | None = None, *, strict: bool = False) -> Iterator[VaultRecord]:
+        """Decrypted frame records, in file order (frame order per track).
+
+        ``key``: a MasterKey (or its 32 bytes) opens all tracks, a TrackKey only
+        its own. ``tracks``: track ids to return (None: all the key opens).
+        Key problems raise StreamdeidError here, before iteration; see the
+        module docstring for tampering and truncation.
+        """
+        key, selected = self.check_key(key, tracks)
+        self.damage = None
+        return self._decrypt(key, selected, strict)
+
+    def _decrypt(self, key: KeyFile, selected: set[int] | None, strict: bool) -> Iterator[VaultRecord]:
+        is_master = isinstance(key, MasterKey)
+        state: dict[int, list] = {}  # track_id -> [AESGCM, frame records seen]
+        all_tracks: set[int] = set()  # every track in the vault, for the END record's count
+
+        def want(rtype, tid):
+            return rtype == fmt.END or selected is None or tid in selected
+
+        for item in self._iter_raw(want):
+            if isinstance(item, _Problem):
+                if item.kind == "corrupt":
+                    raise StreamdeidError(item.message)
+                damage = VaultDamage("truncated", item.seq, item.last_frame, item.partial_bytes, item.message)
+                self.damage = damage
+                if strict:
+                    raise StreamdeidError(damage.message)
+                return
+            r = item
+            where = f"vault record {r.seq} ({fmt.TYPE_NAMES[r.rtype]}, track {r.track_id}, frame {r.frame_index})"
+            tampered = f"{where} failed authentication: the vault is damaged or tampered"
+            if r.rtype == fmt.END:
+                if is_master:
+                    aes = AESGCM(derive.end_key(key.key_bytes, self.video_id))
+                    body = self._open(aes, r, r.body, tampered)
+                    if (int.from_bytes(body[:8], "little") != r.seq
+                            or int.from_bytes(body[8:12], "little") != len(all_tracks)):
+                        raise StreamdeidError(f"{where} does not match the vault's contents: the vault is tampered")
+                continue
+            if r.rtype == fmt.TRACK:
+                all_tracks.add(r.track_id)
+            if not want(r.rtype, r.track_id):
+                continue
+            if r.rtype == fmt.TRACK:
+                tk = key.track_key(self.video_id, r.track_id) if is_master else key.key_bytes
+                check = r.body[: derive.CHECK_LEN]
+                if not hmac.compare_digest(check, derive.track_key_check(tk)):
+                    raise StreamdeidError(tampered)
+                aes = AESGCM(derive.vault_key(tk))
+                self._open(aes, r, r.body[derive.CHECK_LEN:], tampered, extra=check)
+                state[r.track_id] = [aes, 0]
+                continue
+            st = state[r.track_id]  # _walk guarantees TRACK came first
+            if r.rtype == fmt.TRACK_END:
+                body = self._open(st[0], r, r.body, tampered)
+                if int.from_bytes(body, "little") != st[1]:
+                    raise StreamdeidError(f"{where}: frame records are missing: the vault is tampered")
+                continue
+            plain = self._open(st[0], r, r.body, tampered)
+            st[1] += 1
+            yield self._to_record(r, plain, where)
+
+    def _open(self, aes: AESGCM, r: _Raw, body: bytes, tampered: str, extra: bytes = b"") -> bytes:
+        nonce, ct = body[: fmt.NONCE_LEN], body[fmt.NONCE_LEN :]
+        try:
+            return aes.decrypt(nonce, ct, fmt.aad(self.header_digest, r.seq, r.rtype, r.track_id, r.frame_index, extra))
+        except InvalidTag:
+            raise StreamdeidError(tampered) from None
+
+    def _to_record(self, r: _Raw, plain: bytes, where: str) -> VaultRecord:
+        try:
+            p = fmt.unpack_payload(plain)
+        except (ValueError, struct.error):
+            raise StreamdeidError(f"{where} has a malformed payload") from None
+        crop = None
+        if p.png is not None:
+            crop = cv2.imdecode(np.frombuffer(p.png, dtype=np.uint8), cv2.IMREAD_UNCHANGED)
+            if crop is None or crop.dtype != np.uint8 or crop.ndim != 3 or crop.shape[2] != 3:
+                raise StreamdeidError(f"{where} holds an unreadable crop image")
+        return VaultRecord(r.seq, r.track_id, r.frame_index, p.pts, p.inverse, p.crop_size, p.mask_params, crop)
+
+    def __enter__(self) -> "VaultReader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass

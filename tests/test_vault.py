@@ -1,0 +1,411 @@
+import os
+import stat
+import struct
+
+import cv2
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from streamdeid.keys import TrackKey, export_track_key, generate_master_key, load_key, new_video_id, track_key
+from streamdeid.types import StreamdeidError
+from streamdeid.vault import VaultReader, VaultWriter
+from streamdeid.vault import format as fmt
+
+TRACKS = (1, 2, 7)
+N_FRAMES = 4
+
+
+def _inverse(t, f):
+    return np.array([[1.0 / 3 + t, 0.1, 12.25 + f], [-0.1, 1.0 / 7, 5.5]], dtype=np.float64)
+
+
+def _crop(rng, t, f):
+    c = rng.integers(0, 256, (12 + t, 10 + f, 3), dtype=np.uint8)
+    return c
+
+
+def _build(path, master, video_id, store_crops=True, seed=0, **kw):
+    """Vault with 3 interleaved tracks; returns {(track, frame): (crop, inverse, pts, mask)}."""
+    rng = np.random.default_rng(seed)
+    truth = {}
+    meta = {"video_id": video_id, "source_fingerprint": "sha256-head:ab:1", "output": "out.mp4"}
+    with VaultWriter(path, meta, master, store_crops=store_crops, **kw) as vw:
+        for f in range(N_FRAMES):
+            for t in TRACKS:
+                if t == 7 and f == 0:
+                    continue  # track 7 appears later
+                crop = _crop(rng, t, f)
+                pts = None if f == 1 else 1001 * f
+                mask = [0.5 + t, 0.25, float(f)]
+                vw.append(t, f, pts, _inverse(t, f), (crop.shape[1], crop.shape[0]), crop, mask_params=mask)
+                truth[(t, f)] = (crop, _inverse(t, f), pts, np.array(mask))
+    return truth
+
+
+@pytest.fixture
+def vault(tmp_path):
+    master = generate_master_key(tmp_path / "m.sdkey")
+    vid = new_video_id()
+    path = tmp_path / "out.mp4.sdv"
+    truth = _build(path, master, vid)
+    return path, master, vid, truth
+
+
+def _check(rec, truth, crops=True):
+    crop, inv, pts, mask = truth[(rec.track_id, rec.frame_index)]
+    assert np.array_equal(rec.inverse, inv) and rec.inverse.dtype == np.float64
+    assert rec.pts == pts
+    assert np.array_equal(rec.mask_params, mask)
+    assert rec.crop_size == (crop.shape[1], crop.shape[0])
+    if crops:
+        assert rec.crop is not None and rec.crop.dtype == np.uint8 and np.array_equal(rec.crop, crop)
+    else:
+        assert rec.crop is None
+
+
+def test_round_trip_bit_exact(vault):
+    path, master, vid, truth = vault
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    r = VaultReader(path)
+    recs = list(r.records(master))
+    assert r.damage is None
+    assert sorted((x.track_id, x.frame_index) for x in recs) == sorted(truth)
+    for rec in recs:
+        _check(rec, truth)
+    # raw master bytes work too, and a second pass gives the same
+    assert len(list(r.records(master.key_bytes))) == len(truth)
+
+
+def test_geometry_only_mode(tmp_path):
+    master = generate_master_key(tmp_path / "m")
+    path = tmp_path / "g.sdv"
+    truth = _build(path, master, new_video_id(), store_crops=False)
+    assert b"\x89PNG" not in path.read_bytes()
+    r = VaultReader(path)
+    assert r.header["store_crops"] is False and r.header["crop_codec"] is None
+    recs = list(r.records(master))
+    assert len(recs) == len(truth)
+    for rec in recs:
+        _check(rec, truth, crops=False)
+
+
+def test_no_plaintext_in_file(vault):
+    path, master, vid, truth = vault
+    data = path.read_bytes()
+    assert b"\x89PNG" not in data and b"IDAT" not in data and b"IHDR" not in data
+    for crop, inv, _, _ in truth.values():
+        raw = crop.tobytes()
+        assert raw[:24] not in data and raw[-24:] not in data
+        assert inv.tobytes()[:16] not in data
+    assert master.key_bytes not in data and master.key_bytes.hex().encode() not in data
+    for t in TRACKS:
+        assert track_key(master, vid, t) not in data
+
+
+def test_never_overwrites(vault):
+    path, master, vid, _ = vault
+    before = path.read_bytes()
+    with pytest.raises(StreamdeidError, match="already exists"):
+        VaultWriter(path, {"video_id": vid}, master)
+    assert path.read_bytes() == before
+    with VaultWriter(path, {"video_id": vid}, master, overwrite=True) as vw:
+        vw.append(1, 0, 0, np.eye(2, 3), 8, np.zeros((8, 8, 3), np.uint8))
+    assert len(list(VaultReader(path).records(master))) == 1
+
+
+def test_writer_refuses_track_key(tmp_path, vault):
+    path, master, vid, _ = vault
+    tk = export_track_key(master, vid, 1, tmp_path / "t1")
+    with pytest.raises(StreamdeidError, match="master key"):
+        VaultWriter(tmp_path / "x.sdv", {"video_id": vid}, tk)
+
+
+def test_inspect_without_key(vault):
+    path, master, vid, truth = vault
+    info = VaultReader(path).inspect()
+    assert info["video_id"] == vid.hex()
+    assert info["header"]["output"] == "out.mp4"
+    assert info["header"]["source_fingerprint"] == "sha256-head:ab:1"
+    assert info["header"]["algorithms"].startswith("HKDF-SHA256/AES-256-GCM")
+    assert info["header"]["crop_codec"] == "png"
+    assert info["track_ids"] == list(TRACKS)
+    assert info["frame_records"] == len(truth)
+    assert info["record_count"] == len(truth) + 2 * len(TRACKS) + 1
+    assert info["frame_range"] == [0, N_FRAMES - 1]
+    assert info["tracks"][7] == {"frames": N_FRAMES - 1, "first_frame": 1, "last_frame": N_FRAMES - 1}
+    assert info["complete"] is True and info["damage"] is None
+    assert info["file_size"] == os.path.getsize(path)
+    assert master.key_bytes.hex() not in repr(info)
+
+
+def test_selective_track_key(tmp_path, vault):
+    path, master, vid, truth = vault
+    p = tmp_path / "t2.sdkey"
+    export_track_key(master, vid, 2, p)
+    tk = load_key(p)
+    r = VaultReader(path)
+    recs = list(r.records(tk))
+    assert r.damage is None
+    assert [x.frame_index for x in recs] == list(range(N_FRAMES))
+    assert all(x.track_id == 2 for x in recs)
+    for rec in recs:
+        _check(rec, truth)
+    assert len(list(r.records(tk, tracks=[2]))) == N_FRAMES
+    with pytest.raises(StreamdeidError, match="only track 2"):
+        r.records(tk, tracks=[1])
+    with pytest.raises(StreamdeidError, match="only track 2"):
+        r.records(tk, tracks=[2, 7])
+    # master with a track selection
+    assert {x.track_id for x in r.records(master, tracks=[1, 7])} == {1, 7}
+    with pytest.raises(StreamdeidError, match="not in this vault"):
+        r.records(master, tracks=[99])
+
+
+def test_wrong_keys_rejected(tmp_path, vault):
+    path, master, vid, _ = vault
+    r = VaultReader(path)
+    other = generate_master_key(tmp_path / "other")
+    with pytest.raises(StreamdeidError, match="wrong key"):
+        r.records(other)
+    # track key of another video (same master)
+    with pytest.raises(StreamdeidError, match="another video"):
+        r.records(export_track_key(master, new_video_id(), 2, tmp_path / "tv"))
+    # track key for a track this vault doesn't have
+    with pytest.raises(StreamdeidError, match="not in this vault"):
+        r.records(export_track_key(master, vid, 3, tmp_path / "t3"))
+    # right video/track ids but key from another master
+    forged = TrackKey(track_key(other, vid, 2), vid, 2)
+    with pytest.raises(StreamdeidError, match="wrong key"):
+        r.records(forged)
+    # a master for another video: vault of a second video, opened with the other master
+    p2 = tmp_path / "v2.sdv"
+    _build(p2, other, new_video_id())
+    with pytest.raises(StreamdeidError, match="wrong key"):
+        VaultReader(p2).records(master)
+    # messages are one line and carry no key material
+    for k in (other, forged):
+        with pytest.raises(StreamdeidError) as ei:
+            r.records(k)
+        assert "\n" not in str(ei.value) and k.key_bytes.hex() not in str(ei.value)
+
+
+def test_not_a_vault_and_version(tmp_path, vault):
+    path, master, _, _ = vault
+    p = tmp_path / "x"
+    p.write_bytes(b"hello")
+    with pytest.raises(StreamdeidError, match="not a streamdeid vault"):
+        VaultReader(p)
+    with pytest.raises(StreamdeidError, match="not found"):
+        VaultReader(tmp_path / "missing.sdv")
+    data = bytearray(path.read_bytes())
+    data[7] = 2
+    p.write_bytes(bytes(data))
+    with pytest.raises(StreamdeidError, match="unsupported vault format version 2"):
+        VaultReader(p)
+
+
+def test_tampered_header_readable_without_key(tmp_path, vault):
+    path, master, _, _ = vault
+    data = path.read_bytes()
+    tampered = data.replace(b'"output":"out.mp4"', b'"output":"evil.mp4"')
+    (json_len,) = struct.unpack_from("<I", data, 8)
+    tampered = tampered[:8] + struct.pack("<I", json_len + 1) + tampered[12:]
+    p = tmp_path / "t.sdv"
+    p.write_bytes(tampered)
+    r = VaultReader(p)
+    assert r.header["output"] == "evil.mp4"
+    assert r.inspect()["frame_records"] > 0
+    with pytest.raises(StreamdeidError, match="header failed authentication"):
+        r.records(master)
+
+
+def _record_spans(data):
+    (json_len,) = struct.unpack_from("<I", data, 8)
+    pos = 12 + json_len + 32
+    spans = []
+    while pos < len(data):
+        (n,) = struct.unpack_from("<I", data, pos)
+        spans.append((pos, pos + 4 + n, data[pos + 4]))
+        pos += 4 + n
+    return 12 + json_len + 32, spans
+
+
+def test_reordered_and_transplanted_records_rejected(tmp_path, vault):
+    path, master, vid, _ = vault
+    data = path.read_bytes()
+    _, spans = _record_spans(data)
+    frames = [(a, b) for a, b, t in spans if t == fmt.FRAME]
+    # swap two frame records of the same track (track 1: frames 0 and 1)
+    (a0, b0), (a1, b1) = frames[0], frames[2]
+    swapped = data[:a0] + data[a1:b1] + data[b0:a1] + data[a0:b0] + data[b1:]
+    p = tmp_path / "s.sdv"
+    p.write_bytes(swapped)
+    with pytest.raises(StreamdeidError, match="failed authentication|out of order"):
+        list(VaultReader(p).records(master))
+    # a record dropped (track 2, frame 0)
+    a, b = frames[1]
+    p.write_bytes(data[:a] + data[b:])
+    with pytest.raises(StreamdeidError):
+        list(VaultReader(p).records(master))
+    # a record from another vault of the same master at the same position
+    p2 = tmp_path / "other.sdv"
+    _build(p2, master, new_video_id())
+    d2 = p2.read_bytes()
+    _, spans2 = _record_spans(d2)
+    a2, b2, _ = spans2[1]
+    a, b, _ = spans[1]
+    p.write_bytes(data[:a] + d2[a2:b2] + data[b:])
+    with pytest.raises(StreamdeidError, match="failed authentication"):
+        list(VaultReader(p).records(master))
+
+
+def test_aborted_run_reads_as_truncated(tmp_path):
+    master = generate_master_key(tmp_path / "m")
+    path = tmp_path / "a.sdv"
+    with pytest.raises(RuntimeError):
+        with VaultWriter(path, {"video_id": new_video_id()}, master) as vw:
+            for f in range(3):
+                vw.append(4, f, f, np.eye(2, 3), 8, np.full((8, 8, 3), f, np.uint8))
+            raise RuntimeError("crash")
+    r = VaultReader(path)
+    recs = list(r.records(master))
+    assert [x.frame_index for x in recs] == [0, 1, 2]
+    assert r.damage is not None and "truncated after record 4" in str(r.damage)
+    assert r.damage.last_frame == 2 and "frames after 2" in r.damage.message
+    assert r.inspect()["complete"] is False
+    with pytest.raises(StreamdeidError, match="truncated"):
+        list(r.records(master, strict=True))
+
+
+# --------------------------------------------------------------------------- property tests
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    d = tmp_path_factory.mktemp("vault")
+    master = generate_master_key(d / "m")
+    vid = new_video_id()
+    path = d / "v.sdv"
+    _build(path, master, vid, sync_every=1)
+    data = path.read_bytes()
+    r = VaultReader(path)
+    originals = list(r.records(master))
+    assert r.damage is None
+    data_start, spans = _record_spans(data)
+    return d, master, data, originals, data_start, spans
+
+
+def _same(a, b):
+    return (
+        a.seq == b.seq
+        and a.track_id == b.track_id
+        and a.frame_index == b.frame_index
+        and a.pts == b.pts
+        and np.array_equal(a.inverse, b.inverse)
+        and a.crop_size == b.crop_size
+        and np.array_equal(a.mask_params, b.mask_params)
+        and np.array_equal(a.crop, b.crop)
+    )
+
+
+def _read_all(path, master):
+    """(records returned, outcome) where outcome is 'error', 'damage' or 'ok'."""
+    got = []
+    try:
+        r = VaultReader(path)
+        for rec in r.records(master):
+            got.append(rec)
+    except StreamdeidError as e:
+        assert "\n" not in str(e) and master.key_bytes.hex() not in str(e)
+        return got, "error"
+    return got, ("damage" if r.damage is not None else "ok")
+
+
+def _first_damaged_seq(positions, data_start, spans):
+    """Index of the record holding the earliest damaged byte (-1 for the header)."""
+    p = min(positions)
+    if p < data_start:
+        return -1
+    for i, (a, b, _) in enumerate(spans):
+        if a <= p < b:
+            return i
+    raise AssertionError(p)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.data())
+def test_bit_flips_detected(built, data):
+    d, master, blob, originals, data_start, spans = built
+    n_flips = data.draw(st.integers(1, 4), label="flips")
+    flips = [
+        (data.draw(st.integers(0, len(blob) - 1), label="pos"), data.draw(st.integers(0, 7), label="bit"))
+        for _ in range(n_flips)
+    ]
+    bad = bytearray(blob)
+    for pos, bit in flips:
+        bad[pos] ^= 1 << bit
+    if bytes(bad) == blob:  # flips cancelled out
+        return
+    changed = [i for i in range(len(blob)) if bad[i] != blob[i]]
+    path = d / "flipped.sdv"
+    path.write_bytes(bytes(bad))
+    got, outcome = _read_all(path, master)
+    assert outcome in ("error", "damage")
+    k = _first_damaged_seq(changed, data_start, spans)
+    before = [o for o in originals if o.seq < k]
+    assert len(got) <= len(originals)
+    assert all(_same(g, o) for g, o in zip(got, originals))  # a prefix, intact
+    assert len(got) >= len(before)
+    assert all(g.seq < k for g in got) or k == -1 and not got
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.data())
+def test_truncation_reported(built, data):
+    d, master, blob, originals, data_start, spans = built
+    cut = data.draw(st.integers(0, len(blob) - 1), label="cut")
+    path = d / "cut.sdv"
+    path.write_bytes(blob[:cut])
+    if cut < data_start:
+        with pytest.raises(StreamdeidError):
+            VaultReader(path)
+        return
+    r = VaultReader(path)
+    got = list(r.records(master))
+    complete = [i for i, (a, b, _) in enumerate(spans) if b <= cut]
+    expect = [o for o in originals if o.seq in complete]
+    assert len(got) == len(expect) and all(_same(g, o) for g, o in zip(got, expect))
+    assert r.damage is not None
+    assert r.damage.records_ok == len(complete)
+    assert r.damage.partial_bytes == cut - (spans[len(complete) - 1][1] if complete else data_start)
+    assert f"after record {len(complete)}" in str(r.damage)
+    info = r.inspect()
+    assert info["complete"] is False and info["damage"] == str(r.damage)
+    # a track key sees its own complete records and the same damage
+    tk = TrackKey(track_key(master, r.video_id, 2), r.video_id, 2)
+    try:
+        got2 = list(r.records(tk))
+    except StreamdeidError:
+        pytest.fail("track key read of a truncated vault must not raise")
+    assert [g.seq for g in got2] == [o.seq for o in expect if o.track_id == 2]
+    assert r.damage is not None
+
+
+def test_crops_roundtrip_png_exact_varied_sizes(tmp_path):
+    master = generate_master_key(tmp_path / "m")
+    path = tmp_path / "v.sdv"
+    rng = np.random.default_rng(3)
+    crops = [rng.integers(0, 256, (h, w, 3), dtype=np.uint8) for h, w in [(1, 1), (3, 200), (128, 128)]]
+    crops.append(np.ascontiguousarray(rng.integers(0, 256, (40, 30, 3), dtype=np.uint8)[::2, ::-1]))
+    with VaultWriter(path, {"video_id": new_video_id().hex()}, master, png_compression=9) as vw:
+        for i, c in enumerate(crops):
+            vw.append(0, i, -5 if i == 0 else 2**40, np.full((2, 3), np.pi * i), c.shape[0], c)
+    recs = list(VaultReader(path).records(master))
+    assert [r.pts for r in recs] == [-5, 2**40, 2**40, 2**40]
+    for r, c in zip(recs, crops):
+        assert np.array_equal(r.crop, c)
+        assert np.array_equal(r.inverse, np.full((2, 3), np.pi * r.frame_index))
+    ok, _ = cv2.imencode(".png", crops[0])
+    assert ok
