@@ -1,0 +1,145 @@
+"""Choose encoder, pixel format and options for an output file.
+
+Kept apart from the writer so the decisions (and their reasons) are in one
+small place and can be tested without encoding anything.
+
+Bit-exact round trips of BGR content (what the reader yields):
+
+* ``ffv1`` + ``bgr0`` in ``.mkv``: lossless, every pixel identical.
+* ``libx264`` + ``bgr0``/``bgr24``/``rgb24`` + ``crf=0``: encoded with
+  ``libx264rgb`` at qp 0, identical pixels (H.264 RGB profile; few players).
+* any YUV pixel format (including ``yuv444p`` at qp 0 and ``ffv1`` +
+  ``yuv444p``): the YUV planes are lossless but the BGR->YUV->BGR
+  conversion rounds, so pixels differ by about +-1-2.
+
+x264 cannot encode odd widths/heights with chroma subsampling (yuv420p,
+yuv422p). For such sizes we keep the exact resolution and switch to
+``yuv444p`` (High 4:4:4 profile: plays in FFmpeg/VLC/mpv, not in most
+browsers) rather than padding, because the output must match the input size.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import av
+
+from streamdeid.config import OutputConfig
+from streamdeid.types import StreamdeidError
+
+log = logging.getLogger(__name__)
+
+RGB_PIX_FMTS = frozenset({"bgr0", "bgr24", "rgb24"})
+X264_LIKE = frozenset({"libx264", "libx264rgb", "libx265"})
+# Muxer options: fragmented MP4/MOV so a killed process leaves a playable file;
+# a fragment starts at each keyframe and at least once per second.
+# ``delay_moov`` postpones the (sample-less) moov to the first fragment so it
+# can carry an edit list: without it the muxer forces the first frame to
+# t=0 and shifts timestamps, breaking pts preservation and A/V offset.
+FRAGMENTED_MP4 = {
+    "movflags": "frag_keyframe+empty_moov+default_base_moof+delay_moov",
+    "frag_duration": "1000000",
+}
+MP4_LIKE = frozenset({".mp4", ".m4v", ".mov"})
+OUTPUT_FORMATS = {
+    ".mp4": "mp4",
+    ".m4v": "mp4",
+    ".mov": "mov",
+    ".mkv": "matroska",
+    ".webm": "webm",
+    ".avi": "avi",
+    ".gif": "gif",
+    ".ts": "mpegts",
+}
+# Muxers that only report their default codecs when asked what they accept.
+UNQUERYABLE = frozenset({".ts"})
+# Encoders tried, in order, when an audio codec must be re-encoded.
+AUDIO_FALLBACKS = ("aac", "libopus", "opus", "libmp3lame", "mp3", "pcm_s16le")
+
+
+@dataclass
+class VideoEncoding:
+    codec: str
+    pix_fmt: str
+    options: dict[str, str] = field(default_factory=dict)
+
+
+def output_format(ext: str) -> str:
+    """The FFmpeg muxer for an output extension (raises on unknown ones)."""
+    try:
+        return OUTPUT_FORMATS[ext.lower()]
+    except KeyError:
+        known = ", ".join(sorted(OUTPUT_FORMATS))
+        raise StreamdeidError(f"unsupported output extension {ext!r} (use one of {known})") from None
+
+
+def muxer_options(ext: str) -> dict[str, str]:
+    """Per-container options; packets are flushed as written for crash safety."""
+    options = {"flush_packets": "1"}
+    if ext.lower() in MP4_LIKE:
+        options.update(FRAGMENTED_MP4)
+    return options
+
+
+def choose_video_encoding(config: OutputConfig, width: int, height: int, ext: str) -> VideoEncoding:
+    """Resolve the configured codec/pix_fmt into something that will encode."""
+    output_format(ext)  # reject unknown extensions before anything else
+    if ext.lower() == ".gif":
+        return VideoEncoding("gif", "pal8")
+    codec, pix_fmt = config.codec, config.pix_fmt
+    if codec == "libx264" and pix_fmt in RGB_PIX_FMTS:
+        codec = "libx264rgb"  # plain libx264 has no RGB input; this is its RGB twin
+    supported = _encoder_pix_fmts(codec)
+    if pix_fmt not in supported:
+        raise StreamdeidError(f"codec {codec} cannot encode pix_fmt {pix_fmt} (supported: {', '.join(supported)})")
+    if codec in X264_LIKE and _subsampled(pix_fmt) and (width % 2 or height % 2):
+        log.warning("%dx%d is odd-sized: %s needs even sizes, encoding as yuv444p instead", width, height, pix_fmt)
+        pix_fmt = "yuv444p"
+    return VideoEncoding(codec, pix_fmt, _codec_options(codec, config))
+
+
+def _encoder_pix_fmts(codec: str) -> list[str]:
+    try:
+        enc = av.Codec(codec, "w")
+    except (av.FFmpegError, ValueError):
+        raise StreamdeidError(f"video encoder {codec!r} is not available in this FFmpeg build") from None
+    if enc.type != "video":
+        raise StreamdeidError(f"{codec!r} is not a video encoder")
+    return [f.name for f in (enc.video_formats or [])]
+
+
+def _subsampled(pix_fmt: str) -> bool:
+    fmt = av.VideoFormat(pix_fmt)
+    return not fmt.is_rgb and (fmt.chroma_width(3) != 3 or fmt.chroma_height(3) != 3)
+
+
+def _codec_options(codec: str, config: OutputConfig) -> dict[str, str]:
+    if codec in X264_LIKE:
+        options = {"preset": config.preset}
+        if config.crf == 0 and codec != "libx265":
+            options["qp"] = "0"  # explicit: crf 0 alone is not lossless for 10-bit
+        else:
+            options["crf"] = str(config.crf)
+        return options
+    if codec == "libvpx-vp9":
+        if config.crf == 0:
+            return {"lossless": "1"}
+        return {"crf": str(config.crf), "b": "0", "row-mt": "1"}
+    if codec == "ffv1":
+        # level 3 allows slices (threads); slice CRCs detect damage on decode.
+        return {"level": "3", "slicecrc": "1", "slices": "4"}
+    return {}
+
+
+def pick_audio_encoder(supported: set[str]) -> str | None:
+    """First re-encoding target the output container accepts, or None.
+    An empty ``supported`` means the muxer cannot tell: take the first."""
+    for name in AUDIO_FALLBACKS:
+        if not supported or name in supported:
+            try:
+                av.Codec(name, "w")
+            except (av.FFmpegError, ValueError):
+                continue
+            return name
+    return None

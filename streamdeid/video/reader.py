@@ -1,0 +1,376 @@
+"""Demux and decode one video source into ``Frame`` objects and audio packets.
+
+Video frames are decoded to BGR uint8 with their pts and time_base copied
+unchanged, so the writer can reproduce variable frame rate exactly. Audio is
+not decoded: packets are passed through so the writer can copy them without
+re-encoding (lossless and cheap).
+
+Every failure surfaces as ``StreamdeidError`` with a one-line message. A
+source that breaks mid-stream (truncated download, killed recorder) yields
+what decodes and then stops with a logged warning, because a partially
+anonymized video is more useful to the user than a crash.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Union
+
+import av
+import numpy as np
+
+from av.video.reformatter import Interpolation
+
+from streamdeid.types import Frame, StreamdeidError
+
+log = logging.getLogger(__name__)
+
+STDIN = "-"
+# Consecutive undecodable video packets after which we give up on a source:
+# beyond this the data is garbage, and looping on it would look like a hang.
+MAX_CONSECUTIVE_DECODE_ERRORS = 50
+# Demuxed packets without a single decoded frame before open_source gives up
+# (e.g. a file of audio packets with a broken video stream).
+MAX_PACKETS_BEFORE_FIRST_FRAME = 2000
+_AV_ERRORS = (av.FFmpegError, OSError, EOFError, ValueError)
+# swscale's default YUV->BGR path truncates, darkening every decode by ~1.5
+# levels; these flags round correctly (bias ~0.1) but cost ~5x more time.
+ACCURATE_YUV_TO_BGR = Interpolation.BILINEAR | Interpolation.ACCURATE_RND | Interpolation.FULL_CHR_H_INT
+
+
+@dataclass
+class AudioPacket:
+    """An undecoded audio packet, kept intact so the writer can stream-copy it."""
+
+    packet: av.Packet
+
+    @property
+    def pts(self) -> int | None:
+        return self.packet.pts
+
+    @property
+    def time_base(self) -> Fraction | None:
+        return self.packet.time_base
+
+    @property
+    def seconds(self) -> float | None:
+        if self.packet.pts is None or self.packet.time_base is None:
+            return None
+        return float(self.packet.pts * self.packet.time_base)
+
+
+@dataclass(frozen=True)
+class ColorInfo:
+    """Colour tags of the source's frames (FFmpeg enum values).
+
+    The writer converts BGR back to YUV with the same matrix and range the
+    reader used to convert to BGR, and tags the output identically, so colours
+    do not shift through a decode/encode round trip.
+    """
+
+    colorspace: int = 2  # AVCOL_SPC_UNSPECIFIED
+    color_range: int = 0  # AVCOL_RANGE_UNSPECIFIED
+    color_primaries: int = 2
+    color_trc: int = 2
+
+
+SourceItem = Union[Frame, AudioPacket]
+
+
+class VideoSource:
+    """An open video source: a context manager and an iterator of items.
+
+    Iterating yields ``Frame`` and ``AudioPacket`` items in demux order. Use
+    :func:`open_source` rather than constructing this directly. One thread
+    at a time may iterate it.
+    """
+
+    def __init__(
+        self, container: av.container.InputContainer, name: str, is_live: bool, accurate_color: bool = False
+    ) -> None:
+        self._container = container
+        self._interpolation = ACCURATE_YUV_TO_BGR if accurate_color else None
+        self.name = name
+        self.is_live = is_live
+        self._video = container.streams.video[0]
+        self._video.thread_type = "AUTO"
+        audio = container.streams.audio
+        self._audio = audio[0] if audio else None
+        wanted = [self._video] + ([self._audio] if self._audio is not None else [])
+        self._packets = container.demux(wanted)
+        self._pending: deque[SourceItem] = deque()
+        self._index = 0
+        self._last_pts: int | None = None
+        self._last_seconds = 0.0
+        self._exhausted = False
+        self._closed = False
+        self._decode_errors = 0
+        self.rotation = 0
+        self.color = ColorInfo()
+        self._prime()
+
+    # ----------------------------------------------------------- properties
+    @property
+    def width(self) -> int:
+        return int(self._video.codec_context.width)
+
+    @property
+    def height(self) -> int:
+        return int(self._video.codec_context.height)
+
+    @property
+    def average_rate(self) -> Fraction | None:
+        """Mean frame rate, or None when the container does not know it."""
+        rate = self._video.average_rate or self._video.guessed_rate
+        return Fraction(rate) if rate else None
+
+    @property
+    def time_base(self) -> Fraction:
+        tb = self._video.time_base
+        if tb:
+            return Fraction(tb)
+        rate = self.average_rate
+        return 1 / rate if rate else Fraction(1, 1000)
+
+    @property
+    def duration(self) -> float | None:
+        """Duration in seconds (stream first, container second), or None."""
+        stream = self._video
+        if stream.duration and stream.time_base:
+            return float(stream.duration * stream.time_base)
+        if self._container.duration:
+            return self._container.duration / av.time_base
+        return None
+
+    @property
+    def frame_count(self) -> int | None:
+        """Frame count from the header, else duration x rate; None if unknown."""
+        if self._video.frames:
+            return int(self._video.frames)
+        duration, rate = self.duration, self.average_rate
+        if duration and rate:
+            return max(1, round(duration * rate))
+        return None
+
+    @property
+    def has_audio(self) -> bool:
+        return self._audio is not None
+
+    @property
+    def audio_stream(self) -> av.audio.stream.AudioStream | None:
+        return self._audio
+
+    @property
+    def video_stream(self) -> av.video.stream.VideoStream:
+        return self._video
+
+    @property
+    def format_name(self) -> str:
+        return str(self._container.format.name)
+
+    @property
+    def frames_read(self) -> int:
+        return self._index
+
+    # ------------------------------------------------------------ iteration
+    def __iter__(self) -> Iterator[SourceItem]:
+        return self
+
+    def __next__(self) -> SourceItem:
+        while not self._pending:
+            if self._exhausted or self._closed:
+                raise StopIteration
+            self._step()
+        return self._pending.popleft()
+
+    def frames(self) -> Iterator[Frame]:
+        """Iterate video frames only, dropping audio (for image-like uses)."""
+        for item in self:
+            if isinstance(item, Frame):
+                yield item
+
+    def __enter__(self) -> "VideoSource":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            try:
+                self._container.close()
+            except _AV_ERRORS:  # closing a broken input must not mask the real error
+                pass
+
+    # ------------------------------------------------------------- internals
+    def _prime(self) -> None:
+        """Decode up to the first frame so bad inputs fail at open time and
+        rotation/colour (only carried on decoded frames) are known."""
+        packets = 0
+        while not any(isinstance(item, Frame) for item in self._pending):
+            if self._exhausted:
+                raise StreamdeidError(f"no decodable video frames in {self.name}")
+            self._step()
+            packets += 1
+            if packets > MAX_PACKETS_BEFORE_FIRST_FRAME:
+                raise StreamdeidError(f"no decodable video frames in {self.name}")
+
+    def _step(self) -> None:
+        """Demux one packet and queue what it produces."""
+        try:
+            packet = next(self._packets)
+        except StopIteration:
+            self._finish()
+            return
+        except _AV_ERRORS as exc:
+            log.warning("%s: stopped reading after frame %d: %s", self.name, self._index, _reason(exc))
+            self._finish()
+            return
+        if packet.stream.type == "audio":
+            if packet.size > 0:
+                self._pending.append(AudioPacket(packet))
+            return
+        if packet.size == 0:  # demux's end-of-stream marker: drain the decoder once
+            self._finish()
+            return
+        self._decode(packet)
+
+    def _decode(self, packet: av.Packet | None) -> None:
+        try:
+            decoded = self._video.decode(packet)
+        except _AV_ERRORS as exc:
+            self._decode_errors += 1
+            log.warning("%s: skipped an undecodable video packet: %s", self.name, _reason(exc))
+            if self._decode_errors >= MAX_CONSECUTIVE_DECODE_ERRORS:
+                log.warning("%s: too many decode errors, stopping after frame %d", self.name, self._index)
+                self._finish(flush=False)
+            return
+        for vf in decoded:
+            self._decode_errors = 0
+            self._pending.append(self._to_frame(vf))
+
+    def _finish(self, flush: bool = True) -> None:
+        """End of input: drain the decoder's delayed frames, then stop."""
+        if self._exhausted:
+            return
+        self._exhausted = True
+        if flush:
+            self._decode(None)
+        if not self.is_live and self._ended_early():
+            log.warning(
+                "%s: video stopped at %.2f s of %.2f s after %d frames; the file may be truncated or damaged",
+                self.name, self._last_seconds, self._expected_end(), self._index,
+            )
+
+    def _expected_end(self) -> float:
+        stream = self._video
+        start = float(stream.start_time * stream.time_base) if stream.start_time and stream.time_base else 0.0
+        return start + (self.duration or 0.0)
+
+    def _ended_early(self) -> bool:
+        """Truncated files often end without any demuxer error, so compare
+        the last decoded time with the duration promised by the header."""
+        if not self.duration or self._last_pts is None:
+            return False
+        tolerance = max(1.0, 0.05 * self.duration)
+        return self._last_seconds < self._expected_end() - tolerance
+
+    def _to_frame(self, vf: av.VideoFrame) -> Frame:
+        if self._index == 0:
+            self.rotation = _rotation_of(vf)
+            self.color = ColorInfo(
+                int(vf.colorspace), int(vf.color_range), int(vf.color_primaries), int(vf.color_trc)
+            )
+        image = _to_bgr(vf, self._interpolation)
+        time_base = Fraction(vf.time_base) if vf.time_base else self.time_base
+        pts = vf.pts if vf.pts is not None else self._guess_pts(time_base)
+        frame = Frame(index=self._index, image=image, pts=pts, time_base=time_base)
+        self._index += 1
+        self._last_pts = pts
+        self._last_seconds = float(pts * time_base)
+        return frame
+
+    def _guess_pts(self, time_base: Fraction) -> int:
+        """Some raw/piped streams carry no pts: continue at the average rate."""
+        if self._last_pts is None:
+            return 0
+        rate = self.average_rate or Fraction(25)
+        return self._last_pts + max(1, round(1 / (rate * time_base)))
+
+
+def _to_bgr(vf: av.VideoFrame, interpolation: Interpolation | None = None) -> np.ndarray:
+    """Convert with the frame's own matrix and range so full-range (JPEG)
+    sources are not crushed; odd sizes are handled by swscale."""
+    kwargs: dict[str, object] = {"interpolation": interpolation}
+    if not vf.format.is_rgb and vf.color_range:
+        kwargs["src_color_range"] = int(vf.color_range)
+    image = vf.to_ndarray(format="bgr24", **kwargs)
+    return np.ascontiguousarray(image)
+
+
+def _rotation_of(vf: av.VideoFrame) -> int:
+    """Display-matrix rotation in degrees counter-clockwise, 0 when absent."""
+    try:
+        return int(round(vf.rotation)) % 360
+    except _AV_ERRORS + (AttributeError, TypeError):
+        return 0
+
+
+def _reason(exc: BaseException) -> str:
+    """First line of an exception message, without PyAV's ``[Errno N]`` prefix."""
+    text = str(exc).strip().splitlines()
+    return re.sub(r"^\[Errno -?\d+\]\s*", "", text[0]) if text else type(exc).__name__
+
+
+def _open_container(path_or_dash: str, format: str | None) -> tuple[av.container.InputContainer, str, bool]:
+    if path_or_dash == STDIN:
+        if sys.stdin is None or sys.stdin.isatty():
+            raise StreamdeidError("input '-' needs a video piped into stdin (e.g. ffmpeg ... -f matroska -)")
+        return av.open(sys.stdin.buffer, mode="r", format=format), "<stdin>", True
+    path = Path(path_or_dash)
+    if not path.exists():
+        raise StreamdeidError(f"input file not found: {path}")
+    if path.is_dir():
+        raise StreamdeidError(f"input is a directory, not a video: {path}")
+    if not os.access(path, os.R_OK):
+        raise StreamdeidError(f"input file is not readable (permissions): {path}")
+    if path.stat().st_size == 0:
+        raise StreamdeidError(f"input file is empty: {path}")
+    return av.open(str(path), mode="r", format=format), str(path), False
+
+
+def open_source(path_or_dash: str, format: str | None = None, accurate_color: bool = False) -> VideoSource:
+    """Open a video file, or ``-`` for a stream piped into stdin.
+
+    ``format`` forces a demuxer (e.g. ``"matroska"``, ``"mpegts"``), which
+    only matters for stdin streams that probing cannot identify.
+    ``accurate_color`` trades YUV->BGR speed for exact rounding (see
+    ``ACCURATE_YUV_TO_BGR``).
+    Raises ``StreamdeidError`` for anything that is not a decodable video.
+    """
+    try:
+        container, name, is_live = _open_container(str(path_or_dash), format)
+    except StreamdeidError:
+        raise
+    except _AV_ERRORS as exc:
+        raise StreamdeidError(f"cannot read {path_or_dash} as a video: {_reason(exc)}") from None
+    if not container.streams.video:
+        container.close()
+        raise StreamdeidError(f"no video stream in {name}")
+    try:
+        return VideoSource(container, name, is_live, accurate_color)
+    except StreamdeidError:
+        container.close()
+        raise
+    except _AV_ERRORS as exc:
+        container.close()
+        raise StreamdeidError(f"cannot decode {name}: {_reason(exc)}") from None

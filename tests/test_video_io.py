@@ -1,0 +1,348 @@
+"""Reader/writer round trips on small synthetic videos made with PyAV."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+
+from streamdeid.config import OutputConfig
+from streamdeid.types import Frame, StreamdeidError
+from streamdeid.video import (
+    AudioPacket,
+    VideoWriter,
+    is_image,
+    list_media,
+    open_source,
+    read_image,
+    write_image,
+)
+from streamdeid.video.encoding import choose_video_encoding
+
+HAMILTON = Path("/work/shared/media/short_hamilton_clip.mp4")
+VFR_PTS = [0, 1, 3, 4, 7]
+
+
+def _image(i: int, w: int, h: int, noise: bool = False) -> np.ndarray:
+    if noise:
+        return np.random.default_rng(i).integers(0, 256, (h, w, 3), dtype=np.uint8)
+    y, x = np.mgrid[0:h, 0:w]
+    img = np.stack([(x * 4 + i * 20) % 256, (y * 4) % 256, np.full_like(x, (i * 40) % 256)], -1)
+    return img.astype(np.uint8)
+
+
+def make_video(
+    path: Path,
+    size: tuple[int, int] = (64, 48),
+    pts: list[int] = VFR_PTS,
+    time_base: Fraction = Fraction(1, 25),
+    codec: str = "libx264",
+    pix_fmt: str = "yuv420p",
+    audio_seconds: float = 0.0,
+    rotation: int = 0,
+    noise: bool = False,
+) -> list[np.ndarray]:
+    """Write a test video with the given pts; returns the BGR images used."""
+    w, h = size
+    images = [_image(i, w, h, noise) for i in range(len(pts))]
+    with av.open(str(path), "w") as out:
+        vs = out.add_stream(codec, rate=25)
+        vs.width, vs.height, vs.pix_fmt = w, h, pix_fmt
+        vs.time_base = vs.codec_context.time_base = time_base
+        if rotation:
+            vs.set_display_rotation(rotation)
+        aus = out.add_stream("aac", rate=44100, layout="mono") if audio_seconds else None
+        for img, p in zip(images, pts):
+            vf = av.VideoFrame.from_ndarray(img, format="bgr24").reformat(format=pix_fmt)
+            vf.pts, vf.time_base = p, time_base
+            out.mux(vs.encode(vf))
+        if aus is not None:
+            _write_sine(out, aus, audio_seconds)
+        out.mux(vs.encode(None))
+    return images
+
+
+def _write_sine(out: av.container.OutputContainer, stream: av.stream.Stream, seconds: float) -> None:
+    n = int(44100 * seconds)
+    samples = (0.3 * np.sin(2 * np.pi * 440 * np.arange(n) / 44100)).astype(np.float32)
+    for start in range(0, n, 1024):
+        af = av.AudioFrame.from_ndarray(samples[None, start : start + 1024], format="fltp", layout="mono")
+        af.sample_rate, af.pts, af.time_base = 44100, start, Fraction(1, 44100)
+        out.mux(stream.encode(af))
+    out.mux(stream.encode(None))
+
+
+def read_all(path: Path) -> tuple[list[Frame], list[AudioPacket]]:
+    with open_source(str(path)) as src:
+        items = list(src)
+    return [i for i in items if isinstance(i, Frame)], [i for i in items if isinstance(i, AudioPacket)]
+
+
+def transcode(src_path: Path, dst_path: Path, **config: object) -> VideoWriter:
+    with open_source(str(src_path)) as src:
+        writer = VideoWriter(dst_path, src, OutputConfig(**config))
+        for item in src:
+            writer.write(item)
+        writer.close(success=True)
+    return writer
+
+
+def _seconds(frames: list[Frame]) -> list[Fraction]:
+    return [f.pts * f.time_base for f in frames]
+
+
+# --------------------------------------------------------------- round trips
+@pytest.mark.parametrize("ext", [".mp4", ".mkv"])
+@pytest.mark.parametrize("time_base,pts", [(Fraction(1, 25), VFR_PTS), (Fraction(1, 1000), [0, 40, 120, 160, 280])])
+def test_vfr_roundtrip_keeps_pts_and_audio(tmp_path: Path, ext: str, time_base: Fraction, pts: list[int]) -> None:
+    source = tmp_path / f"in{ext}"
+    make_video(source, pts=pts, time_base=time_base, audio_seconds=0.4)
+    frames_in, audio_in = read_all(source)
+    assert _seconds(frames_in) == [p * time_base for p in pts]
+    writer = transcode(source, tmp_path / f"out{ext}")
+    assert writer.audio_mode == "copy" and writer.frames_written == len(pts)
+    frames_out, audio_out = read_all(tmp_path / f"out{ext}")
+    assert [(f.index, f.pts, f.time_base) for f in frames_out] == [(f.index, f.pts, f.time_base) for f in frames_in]
+    assert frames_out[0].image.shape == (48, 64, 3)
+    assert len(audio_out) == len(audio_in) > 10
+    assert [(a.pts, a.packet.duration) for a in audio_out] == [(a.pts, a.packet.duration) for a in audio_in]
+    assert not (tmp_path / f"out.partial{ext}").exists()
+
+
+def test_reader_properties(tmp_path: Path) -> None:
+    source = tmp_path / "in.mp4"
+    make_video(source, pts=list(range(10)), audio_seconds=0.2, rotation=90)
+    with open_source(str(source)) as src:
+        assert (src.width, src.height, src.rotation, src.is_live) == (64, 48, 90, False)
+        assert src.has_audio and src.audio_stream is not None
+        assert src.average_rate == 25 and src.frame_count == 10
+        assert src.duration == pytest.approx(0.4, abs=0.05)
+        assert "mp4" in src.format_name
+        first = next(src.frames())
+        assert first.index == 0 and first.image.dtype == np.uint8
+    transcode(source, tmp_path / "out.mp4")
+    with open_source(str(tmp_path / "out.mp4")) as out:
+        assert out.rotation == 90
+
+
+def test_odd_size_keeps_resolution(tmp_path: Path) -> None:
+    source = tmp_path / "odd.mkv"
+    make_video(source, size=(641, 363), pts=[0, 1, 2], codec="ffv1", pix_fmt="yuv420p")
+    frames_in, _ = read_all(source)
+    assert frames_in[0].image.shape == (363, 641, 3)
+    writer = transcode(source, tmp_path / "odd.mp4")
+    assert writer.pix_fmt == "yuv444p"
+    frames_out, _ = read_all(tmp_path / "odd.mp4")
+    assert len(frames_out) == 3 and frames_out[0].image.shape == (363, 641, 3)
+    diff = np.abs(frames_out[1].image.astype(int) - frames_in[1].image.astype(int)).mean()
+    assert diff < 4
+
+
+@pytest.mark.parametrize("ext,codec,pix_fmt", [(".mkv", "ffv1", "bgr0"), (".mkv", "libx264", "bgr0")])
+def test_lossless_roundtrip_is_bit_exact(tmp_path: Path, ext: str, codec: str, pix_fmt: str) -> None:
+    source = tmp_path / "src.mkv"
+    make_video(source, size=(65, 47), codec="ffv1", pix_fmt="bgr0", noise=True)
+    frames_in, _ = read_all(source)
+    transcode(source, tmp_path / f"out{ext}", codec=codec, pix_fmt=pix_fmt, crf=0)
+    frames_out, _ = read_all(tmp_path / f"out{ext}")
+    assert len(frames_out) == len(frames_in) == 5
+    for a, b in zip(frames_in, frames_out):
+        assert np.array_equal(a.image, b.image)
+
+
+def test_yuv444_qp0_has_no_colour_drift(tmp_path: Path) -> None:
+    """YUV is lossless at qp 0; only BGR<->YUV rounding remains, unbiased."""
+    source = tmp_path / "src.mkv"
+    make_video(source, size=(64, 48), codec="ffv1", pix_fmt="bgr0", noise=True)
+    frames_in, _ = read_all(source)
+    transcode(source, tmp_path / "out.mp4", pix_fmt="yuv444p", crf=0)
+    frames_out, _ = read_all(tmp_path / "out.mp4")
+    diff = np.stack([b.image.astype(int) - a.image.astype(int) for a, b in zip(frames_in, frames_out)])
+    assert np.abs(diff).mean() < 1.0 and abs(diff.mean()) < 0.5
+
+
+def test_webm_reencodes_audio_and_gif_output(tmp_path: Path) -> None:
+    source = tmp_path / "in.mp4"
+    make_video(source, pts=list(range(10)), audio_seconds=0.4)
+    writer = transcode(source, tmp_path / "out.webm", codec="libvpx-vp9")
+    assert writer.audio_mode == "reencode"
+    frames, audio = read_all(tmp_path / "out.webm")
+    with open_source(str(tmp_path / "out.webm")) as out:
+        assert out.audio_stream.codec_context.name == "opus"
+    assert len(frames) == 10 and sum(a.packet.duration for a in audio) * audio[0].time_base > Fraction(3, 10)
+    writer = transcode(source, tmp_path / "out.gif")
+    assert writer.audio_mode == "none"
+    frames, _ = read_all(tmp_path / "out.gif")
+    assert len(frames) == 10 and frames[0].image.shape == (48, 64, 3)
+    assert [float(s) for s in _seconds(frames)] == pytest.approx([i * 0.04 for i in range(10)], abs=0.011)
+
+
+def test_choose_encoding_defaults() -> None:
+    enc = choose_video_encoding(OutputConfig(), 64, 48, ".mp4")
+    assert (enc.codec, enc.pix_fmt, enc.options["crf"]) == ("libx264", "yuv420p", "18")
+    lossless = choose_video_encoding(OutputConfig(crf=0, pix_fmt="yuv444p"), 64, 48, ".mkv")
+    assert lossless.options["qp"] == "0"
+    with pytest.raises(StreamdeidError):
+        choose_video_encoding(OutputConfig(codec="nope"), 64, 48, ".mp4")
+    with pytest.raises(StreamdeidError):
+        choose_video_encoding(OutputConfig(), 64, 48, ".xyz")
+
+
+# ---------------------------------------------------------- output safety
+def test_overwrite_refused_before_writing(tmp_path: Path) -> None:
+    source = tmp_path / "in.mkv"
+    make_video(source)
+    target = tmp_path / "out.mp4"
+    target.write_bytes(b"precious")
+    with open_source(str(source)) as src:
+        with pytest.raises(StreamdeidError, match="exists"):
+            VideoWriter(target, src, OutputConfig())
+    assert target.read_bytes() == b"precious" and not (tmp_path / "out.partial.mp4").exists()
+    transcode(source, target, overwrite=True)
+    assert len(read_all(target)[0]) == 5
+    image = np.zeros((8, 8, 3), np.uint8)
+    with pytest.raises(StreamdeidError, match="exists"):
+        write_image(target, image)
+
+
+def test_close_failure_deletes_and_abort_keeps_partial(tmp_path: Path) -> None:
+    source = tmp_path / "in.mkv"
+    make_video(source, pts=list(range(30)))
+    with open_source(str(source)) as src:
+        frames = list(src.frames())
+        writer = VideoWriter(tmp_path / "a.mp4", src, OutputConfig())
+        for f in frames:
+            writer.write_frame(f)
+        assert writer.close(success=False) is None
+        writer = VideoWriter(tmp_path / "b.mkv", src, OutputConfig())
+        for f in frames[:12]:
+            writer.write_frame(f)
+        partial = writer.abort_keep_partial()
+    assert not (tmp_path / "a.mp4").exists() and not (tmp_path / "a.partial.mp4").exists()
+    assert partial == tmp_path / "b.partial.mkv" and not (tmp_path / "b.mkv").exists()
+    assert len(read_all(partial)[0]) == 12
+    with open_source(str(source)) as src:
+        empty = VideoWriter(tmp_path / "c.mp4", src, OutputConfig())
+        with pytest.raises(StreamdeidError, match="no video frames"):
+            empty.close(success=True)
+        assert not VideoWriter(tmp_path / "d.mp4", src, OutputConfig()).abort_keep_partial().exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.partial.mkv", "in.mkv"]
+
+
+def test_killed_writer_leaves_readable_fragmented_mp4(tmp_path: Path) -> None:
+    source = tmp_path / "in.mkv"
+    make_video(source, pts=list(range(75)))
+    script = textwrap.dedent(
+        f"""
+        import os
+        from streamdeid.config import OutputConfig
+        from streamdeid.video import VideoWriter, open_source
+        src = open_source({str(source)!r})
+        w = VideoWriter({str(tmp_path / "out.mp4")!r}, src, OutputConfig())
+        for f in src.frames():
+            w.write(f)
+        os._exit(0)
+        """
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+    assert not (tmp_path / "out.mp4").exists()
+    frames, _ = read_all(tmp_path / "out.partial.mp4")
+    assert 25 <= len(frames) <= 75
+
+
+def test_write_image_and_folder_listing(tmp_path: Path) -> None:
+    image = _image(1, 33, 21)
+    write_image(tmp_path / "f10.png", image)
+    write_image(tmp_path / "f2.png", image)
+    (tmp_path / "clip.mp4").write_bytes(b"")
+    (tmp_path / "notes.txt").write_text("x")
+    assert np.array_equal(read_image(tmp_path / "f2.png"), image)
+    assert [p.name for p in list_media(tmp_path)] == ["clip.mp4", "f2.png", "f10.png"]
+    assert is_image("A.JPG") and not is_image("a.mp4")
+    with pytest.raises(StreamdeidError):
+        read_image(tmp_path / "notes.txt")
+
+
+# -------------------------------------------------------------- bad inputs
+def test_bad_inputs_raise_clear_errors(tmp_path: Path) -> None:
+    (tmp_path / "text.mp4").write_text("this is not a video\n" * 50)
+    (tmp_path / "empty.mp4").write_bytes(b"")
+    audio_only = tmp_path / "audio.m4a"
+    with av.open(str(audio_only), "w") as out:
+        _write_sine(out, out.add_stream("aac", rate=44100, layout="mono"), 0.2)
+    cases = {
+        "missing.mp4": "not found",
+        "text.mp4": "cannot read",
+        "empty.mp4": "empty",
+        "audio.m4a": "no video stream",
+        ".": "directory",
+    }
+    for name, message in cases.items():
+        with pytest.raises(StreamdeidError, match=message) as info:
+            open_source(str(tmp_path / name))
+        assert "\n" not in str(info.value)
+
+
+def test_truncated_files(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    mkv, mp4 = tmp_path / "in.mkv", tmp_path / "in.mp4"
+    make_video(mkv, pts=list(range(100)), noise=True)
+    make_video(mp4, pts=list(range(100)), noise=True)
+    cut = tmp_path / "cut.mkv"
+    cut.write_bytes(mkv.read_bytes()[: mkv.stat().st_size // 2])
+    with caplog.at_level(logging.WARNING):
+        frames, _ = read_all(cut)
+    assert 10 < len(frames) < 100
+    assert "truncated" in caplog.text
+    cut_mp4 = tmp_path / "cut.mp4"  # moov at the end: nothing is recoverable
+    cut_mp4.write_bytes(mp4.read_bytes()[: mp4.stat().st_size // 2])
+    with pytest.raises(StreamdeidError):
+        open_source(str(cut_mp4))
+
+
+def test_corrupt_middle_decodes_without_crash(tmp_path: Path) -> None:
+    mkv = tmp_path / "in.mkv"
+    make_video(mkv, pts=list(range(60)), noise=True)
+    data = bytearray(mkv.read_bytes())
+    middle = len(data) // 2
+    data[middle : middle + 4000] = np.random.default_rng(0).integers(0, 256, 4000, dtype=np.uint8).tobytes()
+    (tmp_path / "bad.mkv").write_bytes(bytes(data))
+    frames, _ = read_all(tmp_path / "bad.mkv")
+    assert 10 < len(frames) <= 60
+
+
+@pytest.mark.parametrize("fmt", ["matroska", "mpegts"])
+def test_stdin_stream(tmp_path: Path, fmt: str) -> None:
+    ext = ".mkv" if fmt == "matroska" else ".ts"
+    source = tmp_path / f"in{ext}"
+    make_video(source, pts=list(range(12)), audio_seconds=0.3)
+    script = (
+        "from streamdeid.video import open_source, AudioPacket\n"
+        "s = open_source('-')\n"
+        "items = list(s)\n"
+        "print(s.is_live, sum(not isinstance(i, AudioPacket) for i in items), s.has_audio)\n"
+    )
+    with open(source, "rb") as stdin:
+        out = subprocess.run([sys.executable, "-c", script], stdin=stdin, capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["True", "12", "True"], out.stderr
+
+
+# ------------------------------------------------------------- real media
+@pytest.mark.skipif(not HAMILTON.exists(), reason=f"shared test clip {HAMILTON} is not present")
+def test_hamilton_clip_audio_copied(tmp_path: Path) -> None:
+    frames_in, audio_in = read_all(HAMILTON)
+    assert len(frames_in) == 275
+    transcode(HAMILTON, tmp_path / "out.mp4", preset="ultrafast")
+    frames_out, audio_out = read_all(tmp_path / "out.mp4")
+    assert len(frames_out) == 275 and len(audio_out) == len(audio_in)
+    assert [f.pts for f in frames_out] == [f.pts for f in frames_in]
+    with open_source(str(tmp_path / "out.mp4")) as out:
+        assert out.audio_stream.codec_context.name == "aac"
+        assert (out.width, out.height) == (640, 360)
