@@ -34,14 +34,14 @@ class AlignConfig:
     crop_size: int = 128  # model resolution of the aligned crop (pixels)
     # Extra border around the canonical 5-point template, as a fraction of
     # the crop, so the crop reaches from forehead to chin.
-    margin: float = 0.25
+    margin: float = 0.4
 
 
 @dataclass
 class AnonymizeConfig:
     method: str = "blur"  # blur | mosaic | solid (dbaf later)
     # blur: Gaussian sigma as a fraction of the crop size; mosaic: cells per side.
-    blur_sigma: float = 0.08
+    blur_sigma: float = 0.12
     mosaic_cells: int = 8
     solid_color: tuple[int, int, int] = (128, 128, 128)  # BGR
 

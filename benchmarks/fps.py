@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""Throughput of streamdeid on a clip: end-to-end fps, per-stage ms, transcode ceiling.
+
+    python benchmarks/fps.py ../shared/media/short_hamilton_clip.mp4 --vs-deface --json out.json
+
+Prints a table and writes JSON. ``--vs-deface`` runs deface 1.5 (CPU execution
+provider) on the same clip in the same run, alternating with streamdeid, both
+as command-line processes timed wall-clock, and prints the fps ratio. deface
+depends on opencv-python, which clashes with our opencv-python-headless, so it
+lives in its own virtualenv (``--deface-bin``, default: ``deface`` on PATH or
+``~/venv-deface/bin/deface``). Nothing here is asserted: figures are printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import av
+
+from streamdeid.api import anonymize
+from streamdeid.config import PipelineConfig
+from streamdeid.types import Frame
+from streamdeid.video.reader import open_source
+from streamdeid.video.writer import VideoWriter
+
+
+def transcode_fps(clip: str, out: Path, config: PipelineConfig) -> float:
+    """The ceiling: decode and re-encode with the same settings, no face work."""
+    t0 = time.perf_counter()
+    n = 0
+    with open_source(clip) as source:
+        writer = VideoWriter(out, source, config.output)
+        ok = False
+        try:
+            for item in source:
+                writer.write(item)
+                n += isinstance(item, Frame)
+            ok = True
+        finally:
+            writer.close(success=ok)
+    return n / (time.perf_counter() - t0)
+
+
+def pipeline_run(clip: str, out: Path, config: PipelineConfig) -> dict:
+    res = anonymize(clip, out, config)
+    s = res.summary
+    return {
+        "fps": s.fps,
+        "frames": s.frames,
+        "faces": s.faces,
+        "tracks": s.tracks,
+        "ms_per_frame": {k: v / max(s.frames, 1) for k, v in s.times.ms.items()},
+    }
+
+
+def cli_seconds(cmd: list[str]) -> float:
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - t0
+
+
+def find_deface(arg: str | None) -> str | None:
+    for cand in (arg, shutil.which("deface"), str(Path.home() / "venv-deface/bin/deface")):
+        if cand and Path(cand).exists():
+            return cand
+    return None
+
+
+def frame_count(clip: str) -> int:
+    with av.open(clip) as c:
+        return sum(1 for _ in c.decode(video=0))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("clip")
+    ap.add_argument("--anonymizer", default="blur")
+    ap.add_argument("--detect-every", type=int, default=1)
+    ap.add_argument("--repeat", type=int, default=3, help="runs per tool; the median is reported")
+    ap.add_argument("--vs-deface", action="store_true")
+    ap.add_argument("--deface-bin")
+    ap.add_argument("--json", type=Path, default=Path("fps.json"))
+    args = ap.parse_args()
+
+    config = PipelineConfig()
+    config.anonymize.method = args.anonymizer
+    config.detect.every = args.detect_every
+    config.progress = False
+    config.output.overwrite = True
+    tmp = Path(tempfile.mkdtemp(prefix="streamdeid-fps-"))
+    suffix = Path(args.clip).suffix
+    result: dict = {"clip": args.clip, "anonymizer": args.anonymizer, "cpu_count": os.cpu_count()}
+    try:
+        result["transcode_fps"] = statistics.median(
+            transcode_fps(args.clip, tmp / f"t{i}{suffix}", config) for i in range(args.repeat))
+        runs = [pipeline_run(args.clip, tmp / f"s{i}{suffix}", config) for i in range(args.repeat)]
+        best = sorted(runs, key=lambda r: r["fps"])[len(runs) // 2]
+        result["pipeline"] = best
+        result["fps_vs_transcode"] = best["fps"] / result["transcode_fps"]
+        if args.vs_deface:
+            result["vs_deface"] = compare_deface(args, tmp, suffix)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    print(f"clip               {args.clip}")
+    print(f"transcode ceiling  {result['transcode_fps']:.1f} fps")
+    p = result["pipeline"]
+    print(f"streamdeid ({args.anonymizer})  {p['fps']:.1f} fps  ({p['frames']} frames, {p['faces']} faces, "
+          f"{p['tracks']} tracks; {result['fps_vs_transcode']:.2f}x of transcode)")
+    print("ms per frame       " + "  ".join(f"{k} {v:.1f}" for k, v in p["ms_per_frame"].items()))
+    if "vs_deface" in result:
+        d = result["vs_deface"]
+        print(f"CLI wall-clock     streamdeid {d['streamdeid_fps']:.1f} fps, deface {d['deface_fps']:.1f} fps, "
+              f"ratio {d['ratio']:.2f}x")
+    args.json.write_text(json.dumps(result, indent=2))
+    print(f"wrote {args.json}")
+    return 0
+
+
+def compare_deface(args, tmp: Path, suffix: str) -> dict:
+    deface = find_deface(args.deface_bin)
+    if deface is None:
+        sys.exit("deface not found: pip install deface==1.5.0 in a separate venv and pass --deface-bin")
+    n = frame_count(args.clip)
+    ours_cmd = [sys.executable, "-m", "streamdeid.cli", "run", args.clip, "-o", str(tmp / f"cli{suffix}"),
+                "--overwrite", "--no-progress", "--anonymizer", args.anonymizer,
+                "--detect-every", str(args.detect_every)]
+    theirs_cmd = [deface, args.clip, "-o", str(tmp / f"deface{suffix}"), "--execution-provider",
+                  "CPUExecutionProvider"]
+    ours, theirs = [], []
+    for _ in range(args.repeat):  # alternate so both see the same machine state
+        ours.append(cli_seconds(ours_cmd))
+        theirs.append(cli_seconds(theirs_cmd))
+    o, t = statistics.median(ours), statistics.median(theirs)
+    return {"frames": n, "streamdeid_seconds": o, "deface_seconds": t,
+            "streamdeid_fps": n / o, "deface_fps": n / t, "ratio": t / o}
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

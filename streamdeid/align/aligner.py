@@ -1,0 +1,143 @@
+"""5-point similarity alignment of faces to a canonical crop.
+
+The crop is the ArcFace 112x112 template scaled to ``size`` and shrunk toward
+the crop centre by ``1 - margin``: with ``margin=0.25`` the template's own
+112x112 box fills the middle 75 % of the crop, leaving ``margin / 2`` of the
+crop as border on every side (forehead above, chin below). Defaults come
+from ``AlignConfig``.
+
+The transform is a least-squares similarity (Umeyama 1991) rather than
+``cv2.estimateAffinePartial2D`` with LMEDS: with only 5 points LMEDS fits the
+best 2-3 of them and its choice flips from frame to frame, which makes the
+crop jitter in video; the closed-form fit is deterministic and smooth, and
+grossly inconsistent landmarks are caught by ``landmarks_usable`` instead
+(callers then use ``align_box``).
+"""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+
+from streamdeid.config import AlignConfig
+from streamdeid.types import AlignedFace
+
+# ArcFace (insightface) reference points for a 112x112 crop, in the YuNet /
+# SCRFD order: eye, eye, nose tip, mouth corner, mouth corner (image-left first).
+ARCFACE_112 = np.array(
+    [
+        [38.2946, 51.6963],
+        [73.5318, 51.5014],
+        [56.0252, 71.7366],
+        [41.5493, 92.3655],
+        [70.7299, 92.2041],
+    ],
+    dtype=np.float64,
+)
+
+
+def canonical_template(size: int, margin: float) -> np.ndarray:
+    """``[5, 2]`` float64 landmark positions in a ``size`` x ``size`` crop."""
+    if size <= 0:
+        raise ValueError(f"crop size must be > 0, got {size}")
+    if not 0.0 <= margin < 1.0:
+        raise ValueError(f"margin must be in [0, 1), got {margin}")
+    unit = ARCFACE_112 / 112.0
+    return ((unit - 0.5) * (1.0 - margin) + 0.5) * size
+
+
+def similarity_transform(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """Least-squares similarity ``[2, 3]`` mapping ``src`` points onto ``dst`` (Umeyama)."""
+    src = np.asarray(src, dtype=np.float64).reshape(-1, 2)
+    dst = np.asarray(dst, dtype=np.float64).reshape(-1, 2)
+    mu_s, mu_d = src.mean(axis=0), dst.mean(axis=0)
+    s, d = src - mu_s, dst - mu_d
+    var_s = (s**2).sum() / len(src)
+    if not np.isfinite(var_s) or var_s < 1e-12:
+        raise ValueError("landmarks are degenerate (all points coincide)")
+    cov = d.T @ s / len(src)
+    u, sig, vt = np.linalg.svd(cov)
+    fix = np.eye(2)
+    if np.linalg.det(u) * np.linalg.det(vt) < 0:  # no reflections
+        fix[1, 1] = -1.0
+    rot = u @ fix @ vt
+    scale = (sig * np.diag(fix)).sum() / var_s
+    m = np.empty((2, 3))
+    m[:, :2] = scale * rot
+    m[:, 2] = mu_d - m[:, :2] @ mu_s
+    return m
+
+
+def _warp(image: np.ndarray, matrix: np.ndarray, size: int) -> AlignedFace:
+    crop = cv2.warpAffine(image, matrix, (size, size), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+    return AlignedFace(crop=crop, matrix=matrix, inverse=cv2.invertAffineTransform(matrix).astype(np.float64))
+
+
+def align_face(image: np.ndarray, landmarks: np.ndarray, size: int = AlignConfig.crop_size, margin: float = AlignConfig.margin) -> AlignedFace:
+    """Warp the face with these 5 landmarks onto ``canonical_template(size, margin)``.
+
+    Landmarks may lie outside the image (faces cut by the border): missing
+    pixels are filled by replicating the border.
+    """
+    landmarks = np.asarray(landmarks, dtype=np.float64).reshape(5, 2)
+    if not np.isfinite(landmarks).all():
+        raise ValueError("landmarks contain NaN/inf")
+    matrix = similarity_transform(landmarks, canonical_template(size, margin))
+    return _warp(image, matrix, size)
+
+
+# Where a YuNet box sits in ArcFace template units (112 px = 1), measured on
+# the sample photos: centred horizontally, centre at 0.6 of the height, box
+# height ~0.95. ``align_box`` reproduces this framing so anonymizers see
+# landmark-less faces at the same place and scale as aligned ones.
+BOX_CENTER_IN_TEMPLATE = (0.5, 0.6)
+BOX_SIZE_IN_TEMPLATE = 0.95
+
+
+def align_box(image: np.ndarray, box: np.ndarray, size: int = AlignConfig.crop_size, margin: float = AlignConfig.margin) -> AlignedFace:
+    """Fallback without landmarks: an axis-aligned square crop around ``box``.
+
+    The square of side ``max(w, h)`` is placed like a detector box is placed
+    by ``align_face`` (see ``BOX_CENTER_IN_TEMPLATE``), so both crops frame a
+    face the same way.
+    """
+    x1, y1, x2, y2 = np.asarray(box, dtype=np.float64).reshape(4)
+    if not np.isfinite([x1, y1, x2, y2]).all():
+        raise ValueError("box contains NaN/inf")
+    if not 0.0 <= margin < 1.0:
+        raise ValueError(f"margin must be in [0, 1), got {margin}")
+    side = max(x2 - x1, y2 - y1, 1.0)
+    scale = size * (1.0 - margin) * BOX_SIZE_IN_TEMPLATE / side
+    tx, ty = ((np.array(BOX_CENTER_IN_TEMPLATE) - 0.5) * (1.0 - margin) + 0.5) * size
+    cx, cy = (x1 + x2) / 2, (y1 + y2) / 2
+    matrix = np.array([[scale, 0.0, tx - scale * cx], [0.0, scale, ty - scale * cy]])
+    return _warp(image, matrix, size)
+
+
+def landmarks_usable(landmarks: np.ndarray, box: np.ndarray, tolerance: float = 0.65) -> bool:
+    """Whether 5 landmarks look like a face consistent with its box.
+
+    Checks: finite; the similarity fit to the template leaves every point
+    within ``tolerance`` x the template eye distance (YuNet on real frames,
+    3/4 and near-profile views included: <= 0.6; swapped points: >= 0.7); the face's scale implied
+    by the fit is between 0.3x and 3x the box height; every landmark lies
+    within the box grown by 50 %.
+    """
+    lm = np.asarray(landmarks, dtype=np.float64).reshape(5, 2)
+    x1, y1, x2, y2 = np.asarray(box, dtype=np.float64).reshape(4)
+    w, h = x2 - x1, y2 - y1
+    if not (np.isfinite(lm).all() and np.isfinite([x1, y1, x2, y2]).all()) or w <= 0 or h <= 0:
+        return False
+    if ((lm < (x1 - 0.5 * w, y1 - 0.5 * h)) | (lm > (x2 + 0.5 * w, y2 + 0.5 * h))).any():
+        return False
+    try:
+        m = similarity_transform(lm, ARCFACE_112)
+    except ValueError:
+        return False
+    scale = float(np.sqrt(abs(np.linalg.det(m[:, :2]))))  # template px per frame px
+    # In ArcFace crops the face (box) is ~100 template px tall.
+    if not 0.3 <= (100.0 / scale) / h <= 3.0:
+        return False
+    mapped = lm @ m[:, :2].T + m[:, 2]
+    eye_dist = np.linalg.norm(ARCFACE_112[1] - ARCFACE_112[0])
+    return bool(np.linalg.norm(mapped - ARCFACE_112, axis=1).max() <= tolerance * eye_dist)

@@ -1,0 +1,116 @@
+"""Paste an anonymized crop back into its frame through the soft mask.
+
+Only the frame rectangle covered by the mask (its support mapped through the
+inverse warp, clipped to the frame) is warped and blended, so the cost is set
+by the face size, not the frame size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+
+
+def mask_support(mask: np.ndarray) -> tuple[int, int, int, int] | None:
+    """Bounding box ``x, y, w, h`` (crop pixels) of ``mask > 0``; None if empty."""
+    nz = (mask > 0).astype(np.uint8)
+    x, y, w, h = cv2.boundingRect(nz)
+    if w == 0 or h == 0:
+        return None
+    return x, y, w, h
+
+
+def paste_roi(inverse: np.ndarray, support: tuple[int, int, int, int], frame_w: int, frame_h: int
+              ) -> tuple[int, int, int, int] | None:
+    """Frame rectangle ``x, y, w, h`` that ``support`` (crop pixels) maps onto, clipped to the frame."""
+    x, y, w, h = support
+    # Pixel centres x..x+w-1 plus half a pixel of bilinear reach, and one pixel of slack.
+    corners = np.array([[x - 1, y - 1], [x + w, y - 1], [x - 1, y + h], [x + w, y + h]], dtype=np.float64)
+    inv = np.asarray(inverse, dtype=np.float64).reshape(2, 3)
+    pts = corners @ inv[:, :2].T + inv[:, 2]
+    x0, y0 = np.floor(pts.min(0)).astype(int)
+    x1, y1 = np.ceil(pts.max(0)).astype(int) + 1
+    x0, y0, x1, y1 = max(int(x0), 0), max(int(y0), 0), min(int(x1), frame_w), min(int(y1), frame_h)
+    if x1 <= x0 or y1 <= y0:
+        return None
+    return x0, y0, x1 - x0, y1 - y0
+
+
+def _match_colour(pixels: np.ndarray, region: np.ndarray, alpha: np.ndarray) -> np.ndarray:
+    """Shift/scale each channel of ``pixels`` so its mean/std in the feather ring
+    (0 < alpha < 1) matches the frame's there."""
+    ring = (alpha > 0.02) & (alpha < 0.98)
+    if int(ring.sum()) < 16:
+        return pixels
+    src = pixels[ring].astype(np.float32)
+    dst = region[ring].astype(np.float32)
+    mu_s, sd_s = src.mean(0), src.std(0)
+    mu_d, sd_d = dst.mean(0), dst.std(0)
+    gain = np.clip(sd_d / np.maximum(sd_s, 1.0), 0.5, 2.0)
+    out = (pixels.astype(np.float32) - mu_s) * gain + mu_d
+    return np.clip(out + 0.5, 0, 255).astype(np.uint8)
+
+
+@dataclass
+class WarpedFace:
+    """A new crop and its mask warped into the frame rectangle they cover."""
+
+    roi: tuple[int, int, int, int]  # x, y, w, h in frame pixels
+    alpha: np.ndarray  # [h, w] float32 in [0, 1]
+    pixels: np.ndarray  # [h, w, 3] uint8
+
+
+def warp_to_frame(new_crop: np.ndarray, inverse: np.ndarray, mask: np.ndarray, frame_w: int, frame_h: int
+                  ) -> WarpedFace | None:
+    """Warp ``new_crop`` ([S, S, 3] uint8) and ``mask`` ([S, S] float in [0, 1]) through
+    ``inverse`` ([2, 3], crop -> frame) onto the frame rectangle the mask covers.
+    None if the face is entirely outside the frame or the mask is empty."""
+    s = new_crop.shape[0]
+    if new_crop.shape != (s, s, 3) or mask.shape != (s, s):
+        raise ValueError(f"crop {new_crop.shape} and mask {mask.shape} must be [S, S, 3] and [S, S]")
+    support = mask_support(mask)
+    if support is None:
+        return None
+    roi = paste_roi(inverse, support, frame_w, frame_h)
+    if roi is None:
+        return None
+    x, y, w, h = roi
+    m = np.array(inverse, dtype=np.float64).reshape(2, 3)
+    m[0, 2] -= x
+    m[1, 2] -= y
+    alpha = cv2.warpAffine(np.asarray(mask, dtype=np.float32), m, (w, h), flags=cv2.INTER_LINEAR,
+                           borderMode=cv2.BORDER_CONSTANT, borderValue=0.0)
+    np.clip(alpha, 0.0, 1.0, out=alpha)
+    pixels = cv2.warpAffine(np.ascontiguousarray(new_crop, dtype=np.uint8), m, (w, h), flags=cv2.INTER_LINEAR,
+                            borderMode=cv2.BORDER_REPLICATE)
+    return WarpedFace(roi, alpha, pixels)
+
+
+def blend_into(frame: np.ndarray, warped: WarpedFace, *, color_match: bool = False) -> None:
+    """Alpha-blend ``warped`` into ``frame`` ([H, W, 3] uint8, in place).
+
+    ``color_match`` matches the crop's mean/std to the frame in the mask's
+    feather ring (for generated faces; keep it off for blur/mosaic/solid).
+    """
+    x, y, w, h = warped.roi
+    region = frame[y:y + h, x:x + w]
+    pixels = _match_colour(warped.pixels, region, warped.alpha) if color_match else warped.pixels
+    # cv2.blendLinear: out = (a*p + (1-a)*r) / (a + 1-a), rounded to uint8.
+    region[...] = cv2.blendLinear(pixels, np.ascontiguousarray(region), warped.alpha, 1.0 - warped.alpha)
+
+
+def paste_back(frame: np.ndarray, new_crop: np.ndarray, inverse: np.ndarray, mask: np.ndarray,
+               *, color_match: bool = False) -> tuple[int, int, int, int] | None:
+    """Blend ``new_crop`` into ``frame`` (in place) through ``mask``; see ``warp_to_frame``.
+
+    Returns the frame rectangle ``x, y, w, h`` that was touched (None if nothing was).
+    """
+    if frame.ndim != 3 or frame.shape[2] != 3 or frame.dtype != np.uint8:
+        raise ValueError(f"frame must be uint8 [H, W, 3], got {frame.dtype} {frame.shape}")
+    warped = warp_to_frame(new_crop, inverse, mask, frame.shape[1], frame.shape[0])
+    if warped is None:
+        return None
+    blend_into(frame, warped, color_match=color_match)
+    return warped.roi

@@ -1,0 +1,111 @@
+"""Command line: ``streamdeid run | recover | keygen | export-key | inspect | demo``.
+
+Every user-facing failure is a ``StreamdeidError`` turned into one line on
+stderr and a non-zero exit; Ctrl-C exits 130 after closing the output.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import click
+
+from . import __version__
+from .config import PipelineConfig
+from .types import StreamdeidError
+
+EXIT_ERROR = 1
+EXIT_INTERRUPTED = 130
+
+
+class _Group(click.Group):
+    """Turns StreamdeidError and Ctrl-C into one-line messages and exit codes."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except StreamdeidError as exc:
+            click.echo(f"streamdeid: error: {exc}", err=True)
+            ctx.exit(EXIT_ERROR)
+        except KeyboardInterrupt:
+            click.echo("streamdeid: interrupted", err=True)
+            ctx.exit(EXIT_INTERRUPTED)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="streamdeid")
+@click.option("-v", "--verbose", is_flag=True, help="Log every stage's decisions (fallbacks, reconnects).")
+def main(verbose: bool) -> None:
+    """Anonymize faces in videos and images; recover them later with a key.
+
+    \b
+    Quick start:
+      streamdeid keygen k.bin
+      streamdeid run input.mp4 --key-file k.bin      # writes input_anonymized.mp4 + .sdv vault
+      streamdeid recover input_anonymized.mp4 --key-file k.bin -o restored.mp4
+    """
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
+                        format="streamdeid: %(levelname)s: %(message)s")
+
+
+@main.command()
+@click.argument("input", metavar="INPUT")
+@click.option("-o", "--output", type=click.Path(dir_okay=True), help="Output file or folder. Default: <stem>_anonymized.<ext> beside the input.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
+@click.option("--anonymizer", "method", type=click.Choice(["blur", "mosaic", "solid"]), default="blur", show_default=True, help="How faces are replaced.")
+@click.option("--detect-every", type=click.IntRange(min=1), default=1, show_default=True, help="Run the detector on every N-th frame and track in between.")
+@click.option("--detect-size", type=click.IntRange(min=0), default=None, help="Longest side of the image the detector sees (0: native). Larger finds smaller faces.")
+@click.option("--threshold", type=click.FloatRange(0.05, 0.99), default=None, help="Detector score threshold (lower covers more, with more false positives).")
+@click.option("--hold", type=click.FloatRange(min=0), default=0.5, show_default=True, help="Seconds a lost face stays covered at its predicted position.")
+@click.option("--lookahead", type=click.FloatRange(min=0), default=0.5, show_default=True, help="Seconds a new face is also covered before its first detection.")
+@click.option("--mask", type=click.Choice(["ellipse", "hull"]), default="ellipse", show_default=True, help="Shape of the pasted region.")
+@click.option("--mask-margin", type=click.FloatRange(min=0), default=None, help="Grow the pasted region by this fraction of the face size.")
+@click.option("--codec", default="libx264", show_default=True, help="Video encoder (e.g. libx264, libx265, ffv1 for lossless).")
+@click.option("--crf", type=click.IntRange(0, 63), default=18, show_default=True, help="Quality for x264/x265 (0 = lossless).")
+@click.option("--preset", default="veryfast", show_default=True, help="x264/x265 speed preset.")
+@click.option("--export-tracks", type=click.Path(dir_okay=False), help="Write a JSONL audit log: per frame and track, box, score, state, method.")
+@click.option("--no-progress", is_flag=True, help="No progress bar.")
+def run(input: str, output: str | None, overwrite: bool, method: str, detect_every: int, detect_size: int | None,
+        threshold: float | None, hold: float, lookahead: float, mask: str, mask_margin: float | None,
+        codec: str, crf: int, preset: str, export_tracks: str | None, no_progress: bool) -> None:
+    """Anonymize every face in INPUT.
+
+    INPUT is a video file (mp4, mkv, mov, avi, webm, gif), an image, a folder
+    of them, or - for a video stream on stdin (then -o is required), e.g.
+    ffmpeg -i cam.mp4 -f matroska - | streamdeid run - -o out.mkv
+    """
+    from .api import anonymize
+
+    config = PipelineConfig()
+    config.detect.every = detect_every
+    if detect_size is not None:
+        config.detect.input_size = detect_size
+    if threshold is not None:
+        config.detect.score_threshold = threshold
+    config.track.hold_seconds = hold
+    config.lookahead_seconds = lookahead
+    config.anonymize.method = method
+    config.blend.mask = mask
+    if mask_margin is not None:
+        config.blend.margin = mask_margin
+    config.output.codec, config.output.crf, config.output.preset = codec, crf, preset
+    config.output.overwrite = overwrite
+    config.export_tracks = export_tracks
+    config.progress = not no_progress
+    result = anonymize(input, output, config)
+    click.echo(f"streamdeid: {result.summary.line()} -> {result.output}", err=True)
+    if result.summary.interrupted:
+        sys.exit(EXIT_INTERRUPTED)
+
+
+def _path_exists(path: str) -> Path:
+    p = Path(path)
+    if not p.exists():
+        raise StreamdeidError(f"{path}: no such file")
+    return p
+
+
+if __name__ == "__main__":
+    main()

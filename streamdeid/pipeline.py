@@ -1,0 +1,230 @@
+"""Thin orchestrator: decode -> detect -> track -> look-ahead -> render -> encode.
+
+Decoding and encoding run on their own threads, connected to the main thread
+by bounded queues (FFmpeg, OpenCV and ONNX Runtime release the GIL, so on two
+cores the three stages overlap). A file source waits when inference is slow;
+memory stays bounded by the queue sizes plus the look-ahead buffer.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+from .config import PipelineConfig
+from .detect import create_detector
+from .lookahead import LookaheadBuffer
+from .render import FrameRenderer, PastedFace
+from .scenecut import SceneCutDetector
+from .track import FaceTracker
+from .types import Frame, FrameResult, StreamdeidError
+
+log = logging.getLogger(__name__)
+
+_END = object()  # end-of-stream marker on the queues
+QUEUE_FRAMES = 16  # frames in flight between threads (bounded memory)
+
+
+@dataclass
+class StageTimes:
+    """Accumulated milliseconds per stage (for benchmarks/fps.py)."""
+
+    ms: dict[str, float] = field(default_factory=lambda: dict.fromkeys(
+        ("decode", "detect", "track", "anonymize", "paste", "encode"), 0.0))
+
+    def add(self, stage: str, seconds: float) -> None:
+        self.ms[stage] = self.ms.get(stage, 0.0) + seconds * 1000.0
+
+
+@dataclass
+class RunSummary:
+    frames: int = 0
+    faces: int = 0  # face instances covered (detected + held + backfilled)
+    tracks: int = 0
+    fallbacks: int = 0  # faces covered by solid fill because the anonymizer failed
+    seconds: float = 0.0
+    interrupted: bool = False
+    times: StageTimes = field(default_factory=StageTimes)
+
+    @property
+    def fps(self) -> float:
+        return self.frames / self.seconds if self.seconds > 0 else 0.0
+
+    def line(self) -> str:
+        text = f"{self.frames} frames, {self.faces} faces, {self.tracks} tracks, {self.fps:.1f} fps"
+        if self.fallbacks:
+            text += f", {self.fallbacks} faces fell back to solid fill"
+        return text
+
+
+FrameObserver = Callable[[FrameResult, list[PastedFace]], None]
+
+
+class FaceStage:
+    """Detection on every N-th frame plus tracking: turns frames into FrameResults."""
+
+    def __init__(self, config: PipelineConfig, fps: float) -> None:
+        self.detector = create_detector(config.detect)
+        self.tracker = FaceTracker(fps=fps, config=config.track)
+        self.every = max(1, config.detect.every)
+        self.scene_cut = SceneCutDetector()
+
+    def __call__(self, frame: Frame, times: StageTimes) -> FrameResult:
+        t0 = time.perf_counter()
+        dets = self.detector.detect(frame.image) if frame.index % self.every == 0 else None
+        t1 = time.perf_counter()
+        faces = self.tracker.update(dets)
+        times.add("detect", t1 - t0)
+        times.add("track", time.perf_counter() - t1)
+        return FrameResult(frame, faces, scene_cut=self.scene_cut(frame.image))
+
+
+def process_frames(
+    items: Iterable[object],
+    config: PipelineConfig,
+    renderer: FrameRenderer,
+    *,
+    fps: float,
+    emit: Callable[[object], None],
+    observers: Iterable[FrameObserver] = (),
+    summary: RunSummary,
+) -> None:
+    """Run detect/track/look-ahead/render over ``items`` (Frames and pass-through packets).
+
+    Non-frame items (audio packets) are handed to ``emit`` as they come; frames
+    are emitted in order once rendered. Raises KeyboardInterrupt through, after
+    rendering and emitting every frame already taken from ``items``.
+    """
+    stage = FaceStage(config, fps)
+    buffer = LookaheadBuffer(round(config.lookahead_seconds * fps))
+    observers = list(observers)
+    track_ids: set[int] = set()
+
+    def finish(result: FrameResult) -> None:
+        t0 = time.perf_counter()
+        pasted = renderer.render(result)
+        summary.times.add("anonymize", time.perf_counter() - t0)
+        summary.frames += 1
+        summary.faces += len(result.faces)
+        track_ids.update(f.track_id for f in result.faces)
+        for obs in observers:
+            obs(result, pasted)
+        emit(result.frame)
+
+    try:
+        for item in items:
+            if not isinstance(item, Frame):
+                emit(item)
+                continue
+            for ready in buffer.push(stage(item, summary.times)):
+                finish(ready)
+    finally:
+        # Normal end, error or Ctrl-C: frames already decoded are still covered
+        # and written, so a partial output holds everything processed so far.
+        for ready in buffer.drain():
+            finish(ready)
+        summary.tracks = len(track_ids)
+        summary.fallbacks = renderer.fallbacks
+
+
+class _Worker(threading.Thread):
+    """A daemon thread that records the exception that ended it."""
+
+    def __init__(self, target: Callable[[], None], name: str) -> None:
+        super().__init__(name=name, daemon=True)
+        self._target_fn = target
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self._target_fn()
+        except BaseException as exc:  # re-raised on the main thread
+            self.error = exc
+
+
+def threaded_source(source: Iterable[object], stop: threading.Event, times: StageTimes) -> Iterator[object]:
+    """Decode on a background thread; yield its items on the caller's thread."""
+    q: queue.Queue = queue.Queue(maxsize=QUEUE_FRAMES)
+
+    def produce() -> None:
+        try:
+            it = iter(source)
+            while not stop.is_set():
+                t0 = time.perf_counter()
+                try:
+                    item = next(it)
+                except StopIteration:
+                    break
+                times.add("decode", time.perf_counter() - t0)
+                while not stop.is_set():
+                    try:
+                        q.put(item, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+        finally:
+            q.put(_END)
+
+    worker = _Worker(produce, "streamdeid-decode")
+    worker.start()
+    try:
+        while True:
+            item = q.get()
+            if item is _END:
+                break
+            yield item
+    finally:
+        stop.set()
+        while worker.is_alive():  # unblock a producer waiting on a full queue
+            try:
+                q.get(timeout=0.05)
+            except queue.Empty:
+                pass
+        worker.join()
+    if worker.error is not None:
+        raise worker.error
+
+
+class ThreadedSink:
+    """Encode/mux on a background thread; ``put`` blocks when the encoder lags."""
+
+    def __init__(self, write: Callable[[object], None], times: StageTimes) -> None:
+        self._q: queue.Queue = queue.Queue(maxsize=QUEUE_FRAMES)
+        self._write = write
+        self._times = times
+        self._worker = _Worker(self._consume, "streamdeid-encode")
+        self._worker.start()
+
+    def _consume(self) -> None:
+        while True:
+            item = self._q.get()
+            if item is _END:
+                return
+            t0 = time.perf_counter()
+            self._write(item)
+            self._times.add("encode", time.perf_counter() - t0)
+
+    def put(self, item: object) -> None:
+        while True:
+            if self._worker.error is not None:
+                raise StreamdeidError(f"encoding failed: {self._worker.error}")
+            try:
+                self._q.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def close(self) -> None:
+        """Wait for every queued item to be written; re-raise an encoder error."""
+        if self._worker.is_alive():
+            self._q.put(_END)
+            self._worker.join()
+        if self._worker.error is not None:
+            err = self._worker.error
+            if isinstance(err, StreamdeidError):
+                raise err
+            raise StreamdeidError(f"encoding failed: {err}") from err

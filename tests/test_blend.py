@@ -1,0 +1,142 @@
+import cv2
+import numpy as np
+import pytest
+
+from streamdeid.blend import canonical_landmarks, face_mask, mask_support, paste_back
+from streamdeid.config import AlignConfig, BlendConfig
+from streamdeid.identity import estimate_similarity
+from streamdeid.types import StreamdeidError
+
+S = AlignConfig().crop_size
+
+
+def _face_centre(lm: np.ndarray) -> np.ndarray:
+    return (lm[:2].mean(0) + lm[3:].mean(0)) / 2.0
+
+
+@pytest.mark.parametrize("kind", ["ellipse", "hull"])
+@pytest.mark.parametrize("align_margin", [0.25, 0.4])
+def test_mask_covers_face_and_is_zero_at_corners(kind, align_margin):
+    cfg = BlendConfig(mask=kind)
+    m = face_mask(S, cfg, None, align_margin=align_margin)
+    assert m.shape == (S, S) and m.dtype == np.float32
+    assert m.min() >= 0.0 and m.max() <= 1.0
+    lm = canonical_landmarks(S, align_margin)
+    cx, cy = _face_centre(lm)
+    assert m[int(round(cy)), int(round(cx))] == 1.0
+    for x, y in lm:
+        assert m[int(round(y)), int(round(x))] == 1.0
+        # a ring of radius 3 px around each landmark is fully covered too
+        for a in np.linspace(0, 2 * np.pi, 8, endpoint=False):
+            assert m[int(round(y + 3 * np.sin(a))), int(round(x + 3 * np.cos(a)))] == 1.0
+    for y, x in [(0, 0), (0, S - 1), (S - 1, 0), (S - 1, S - 1)]:
+        assert m[y, x] == 0.0
+
+
+@pytest.mark.parametrize("kind", ["ellipse", "hull"])
+def test_feather_is_monotone_and_outside_the_face(kind):
+    cfg = BlendConfig(mask=kind, feather=0.1)
+    m = face_mask(S, cfg, None, align_margin=0.4)
+    lm = canonical_landmarks(S, 0.4)
+    c = _face_centre(lm)
+    for a in np.linspace(0, 2 * np.pi, 24, endpoint=False):
+        r = np.arange(0, S, 0.5)
+        xs = np.clip(np.round(c[0] + r * np.cos(a)).astype(int), 0, S - 1)
+        ys = np.clip(np.round(c[1] + r * np.sin(a)).astype(int), 0, S - 1)
+        v = m[ys, xs]
+        # non-increasing away from the centre (up to pixel-grid sampling of the ray)
+        assert (np.diff(v) <= 0.03).all()
+        assert v[0] == 1.0
+    # Soft edge exists but never eats into the face: growing the feather keeps
+    # the full-coverage zone identical.
+    hard = face_mask(S, BlendConfig(mask=kind, feather=0.0), None, align_margin=0.4)
+    assert ((m > 0) & (m < 1)).sum() > 100
+    np.testing.assert_array_equal(m == 1.0, hard == 1.0)
+    assert set(np.unique(hard)) <= {0.0, 1.0}
+
+
+def test_margin_grows_the_mask_and_landmarks_place_it():
+    small = face_mask(S, BlendConfig(margin=0.0), None, align_margin=0.4)
+    big = face_mask(S, BlendConfig(margin=0.2), None, align_margin=0.4)
+    assert (big >= small).all() and (big == 1).sum() > (small == 1).sum()
+    # A face shifted/rotated inside the crop moves the mask with it.
+    lm = canonical_landmarks(S, 0.5)
+    rot = cv2.getRotationMatrix2D((S / 2, S / 2), 30, 1.0)
+    lm2 = lm @ rot[:, :2].T + rot[:, 2] + (10, 0)
+    m = face_mask(S, BlendConfig(), lm2)
+    for x, y in lm2:
+        assert m[int(round(y)), int(round(x))] == 1.0
+    assert m[0, 0] == 0.0
+
+
+def test_mask_errors_and_cache_isolation():
+    with pytest.raises(StreamdeidError):
+        face_mask(S, BlendConfig(mask="star"))
+    a = face_mask(S, BlendConfig())
+    a[:] = 0  # callers get their own copy
+    assert face_mask(S, BlendConfig()).max() == 1.0
+
+
+def _frame_and_face(face_px: float, centre: tuple[float, float], shape=(360, 640)):
+    rng = np.random.default_rng(0)
+    frame = rng.integers(0, 256, (*shape, 3), dtype=np.uint8)
+    # Place a face of width ~face_px (the ArcFace box) at centre.
+    t112 = canonical_landmarks(112, 0.0)
+    lm = (t112 - 56) * face_px / 112 + np.array(centre)
+    m = estimate_similarity(lm, canonical_landmarks(S, AlignConfig().margin))
+    return frame, lm, cv2.invertAffineTransform(m)
+
+
+def test_paste_solid_changes_only_the_face_region():
+    frame, lm, inv = _frame_and_face(60, (320, 180))
+    before = frame.copy()
+    mask = face_mask(S, BlendConfig())
+    crop = np.full((S, S, 3), (0, 255, 0), np.uint8)
+    roi = paste_back(frame, crop, inv, mask)
+    assert roi is not None
+    x, y, w, h = roi
+    changed = np.any(frame != before, axis=2)
+    ys, xs = np.nonzero(changed)
+    assert xs.min() >= x and xs.max() < x + w and ys.min() >= y and ys.max() < y + h
+    assert w < 140 and h < 140  # only the face's neighbourhood
+    # The face itself is fully replaced.
+    for px, py in np.vstack([lm, _face_centre(lm)]):
+        assert tuple(frame[int(round(py)), int(round(px))]) == (0, 255, 0)
+    # Far from the face nothing moved.
+    assert not changed[:, :200].any() and not changed[:, 450:].any()
+    assert not changed[:60].any() and not changed[300:].any()
+
+
+@pytest.mark.parametrize("centre", [(5, 180), (635, 10), (320, 355), (-20, -20)])
+def test_paste_handles_faces_cut_by_the_border(centre):
+    frame, lm, inv = _frame_and_face(60, centre)
+    before = frame.copy()
+    mask = face_mask(S, BlendConfig())
+    crop = np.full((S, S, 3), 7, np.uint8)
+    roi = paste_back(frame, crop, inv, mask)
+    assert roi is not None
+    x, y, w, h = roi
+    assert x >= 0 and y >= 0 and x + w <= 640 and y + h <= 360
+    assert np.any(frame != before)
+    inside = [(px, py) for px, py in lm if 0 <= px < 639 and 0 <= py < 359]
+    for px, py in inside:
+        assert (frame[int(round(py)), int(round(px))] == 7).all()
+
+
+def test_paste_outside_frame_is_a_noop():
+    frame, _, inv = _frame_and_face(60, (-300, -300))
+    before = frame.copy()
+    assert paste_back(frame, np.zeros((S, S, 3), np.uint8), inv, face_mask(S, BlendConfig())) is None
+    np.testing.assert_array_equal(frame, before)
+    assert mask_support(np.zeros((S, S), np.float32)) is None
+
+
+def test_colour_match_moves_crop_towards_surroundings():
+    frame = np.full((200, 200, 3), 200, np.uint8)
+    _, _, inv = _frame_and_face(80, (100, 100), shape=(200, 200))
+    mask = face_mask(S, BlendConfig())
+    crop = np.full((S, S, 3), 20, np.uint8)
+    plain, matched = frame.copy(), frame.copy()
+    paste_back(plain, crop, inv, mask)
+    paste_back(matched, crop, inv, mask, color_match=True)
+    assert matched[100, 100].mean() > plain[100, 100].mean() + 100

