@@ -1,9 +1,19 @@
 """Privacy check of a finished video: is any face of the original still recognisable?
 
 Every face YuNet finds in the *original* frames at full resolution is compared
-(SFace cosine similarity, same landmarks) with the same place in the output
-frame. A similarity at or above the match threshold is a leak. Used by the
-end-to-end tests and by ``benchmarks/quality.py``.
+(SFace cosine similarity, same landmarks, 112 px ArcFace crops) with the same
+place in the output frame.
+
+SFace's 0.363 threshold was set on clean, aligned faces. On small, dark video
+faces it also "matches" crops whose face is gone entirely, because hair,
+clothes and background (which anonymization deliberately keeps) fill the rest
+of the 112 px crop: on the shared clips a solid fill still matches 5 % of
+faces. So a face counts as leaked only when SFace matches it *and* the match
+exceeds, by ``EXCESS_MARGIN``, the similarity of the original crop with its
+own face blanked (an ellipse over brows to chin filled with its mean colour):
+the match must come from the face, not from its surroundings. Measured on 376
+faces of the shared media: identity 100 % leaked, blur sigma 0.02 79 %,
+0.05 11 %, the default blur, mosaic and solid 0 %. Both figures are reported.
 """
 
 from __future__ import annotations
@@ -11,18 +21,41 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import av
+import cv2
 import numpy as np
 
 from ..config import DetectConfig
 from ..detect import create_detector
 from .sface import SFACE_MATCH_THRESHOLD, SFace, align_for_sface, cosine
 
+EXCESS_MARGIN = 0.15  # cosine by which a leak must beat the blanked-face reference
+
+
+def _blank_ellipse() -> np.ndarray:
+    m = np.zeros((112, 112), np.uint8)
+    cv2.ellipse(m, (56, 64), (36, 46), 0, 0, 360, 1, -1)  # brows to chin of the ArcFace crop
+    return m.astype(bool)
+
+
+_BLANK = _blank_ellipse()
+
+
+def blank_face(crop112: np.ndarray) -> np.ndarray:
+    """The crop with its face region replaced by its mean colour (no identity left)."""
+    out = crop112.copy()
+    out[_BLANK] = crop112[_BLANK].mean(axis=0)
+    return out
+
 
 @dataclass
 class FaceCheck:
     frame: int
     box: tuple[float, float, float, float]
-    similarity: float
+    similarity: float  # SFace cosine, original vs output
+    reference: float  # SFace cosine, original vs original with the face blanked
+
+    def leaked(self, threshold: float = SFACE_MATCH_THRESHOLD) -> bool:
+        return self.similarity >= threshold and self.similarity - self.reference >= EXCESS_MARGIN
 
 
 @dataclass
@@ -37,7 +70,12 @@ class LeakReport:
 
     @property
     def leaks(self) -> list[FaceCheck]:
-        return [c for c in self.checks if c.similarity >= self.threshold]
+        return [c for c in self.checks if c.leaked(self.threshold)]
+
+    @property
+    def plain_matches(self) -> int:
+        """Faces SFace matches at the threshold alone (context included)."""
+        return sum(c.similarity >= self.threshold for c in self.checks)
 
     @property
     def max_similarity(self) -> float:
@@ -63,7 +101,9 @@ def check_video(original: str, output: str, *, score_threshold: float = 0.6,
             continue
         a = np.stack([align_for_sface(src, lm) for lm in dets.landmarks])  # [N, 112, 112, 3]
         b = np.stack([align_for_sface(out, lm) for lm in dets.landmarks])
-        sims = cosine(sface.embed(a), sface.embed(b))
-        for box, sim in zip(dets.boxes, np.atleast_1d(sims)):
-            report.checks.append(FaceCheck(index, tuple(float(v) for v in box), float(sim)))
+        ea = sface.embed(a)
+        sims = np.atleast_1d(cosine(ea, sface.embed(b)))
+        refs = np.atleast_1d(cosine(ea, sface.embed(np.stack([blank_face(c) for c in a]))))
+        for box, sim, ref in zip(dets.boxes, sims, refs):
+            report.checks.append(FaceCheck(index, tuple(float(v) for v in box), float(sim), float(ref)))
     return report
