@@ -1,0 +1,69 @@
+"""DBAF generator speed on CPU: milliseconds per face, ONNX Runtime vs torch, random weights.
+
+    python benchmarks/dbaf_speed.py --resolutions 64 128 --batches 1 8 32 --threads 2
+
+Exports each cpu-small config to a temporary ONNX file, then times G(x, P)
+(median of ``--repeats`` runs after one warm-up). Weights are random: speed only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def _median_ms(fn, repeats: int) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--resolutions", type=int, nargs="+", default=[64, 128])
+    ap.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32])
+    ap.add_argument("--preset", default="cpu-small")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=5)
+    args = ap.parse_args(argv)
+
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for engines/ (script use only)
+    from engines.export_onnx import export_dbaf
+    from streamdeid.backends import create_backend
+    from streamdeid.backends.torch import TorchBackend
+    from streamdeid.models import DBAFConfig
+    from streamdeid.models.dbaf import DBAF, count_parameters
+
+    torch.set_num_threads(args.threads)
+    print(f"threads={args.threads} preset={args.preset} (ms per face, median of {args.repeats})")
+    print(f"{'R':>5} {'params':>9} {'batch':>5} {'onnxrt':>9} {'torch':>9}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for res in args.resolutions:
+            model = DBAF(DBAFConfig.preset(args.preset, res)).eval()
+            path = export_dbaf(model, Path(tmp) / f"dbaf{res}.onnx")
+            ort_backend = create_backend("onnxrt", path, intra_op_threads=args.threads)
+            torch_backend = TorchBackend.from_model(model)
+            for b in args.batches:
+                rng = np.random.default_rng(0)
+                x = rng.uniform(-1, 1, (b, 3, res, res)).astype(np.float32)
+                p = rng.standard_normal((b, *model.cfg.key_shape)).astype(np.float32)
+                t_ort = _median_ms(lambda: ort_backend.run(x, p), args.repeats) / b
+                t_torch = _median_ms(lambda: torch_backend.run(x, p), args.repeats) / b
+                print(f"{res:>5} {count_parameters(model):>9,} {b:>5} {t_ort:>9.2f} {t_torch:>9.2f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
