@@ -15,10 +15,23 @@ from .anonymize import create_anonymizer
 from .audit import TrackExporter
 from .config import PipelineConfig
 from .pipeline import RunSummary, ThreadedSink, process_frames, threaded_source
+from .recovery import (
+    RunKeys,
+    VaultRecorder,
+    load_recovery_key,
+    open_vault_writer,
+    read_video_id_tag,
+    records_by_frame,
+    restore_frame,
+    run_keys,
+    vault_path_for,
+    video_id_tag,
+)
 from .render import FrameRenderer
 from .types import Frame, FrameResult, StreamdeidError
 from .video.images import is_image, list_media
 from .video.reader import open_source
+from .vault import VaultReader
 from .video.writer import VideoWriter, write_image
 
 log = logging.getLogger(__name__)
@@ -28,6 +41,7 @@ log = logging.getLogger(__name__)
 class RunResult:
     output: Path
     summary: RunSummary
+    vault: Path | None = None  # None: irreversible output (no key file, --no-vault, or a still image)
 
 
 def default_output(src: str) -> Path:
@@ -38,9 +52,18 @@ def default_output(src: str) -> Path:
     return p.with_name(f"{p.stem}_anonymized{p.suffix}")
 
 
-def anonymize(src: str, dst: str | Path | None = None, config: PipelineConfig | None = None) -> RunResult:
-    """Anonymize a video file, image, folder of them, or ``"-"`` (stdin)."""
+def anonymize(src: str, dst: str | Path | None = None, config: PipelineConfig | None = None, *,
+              key_file: str | None = None, new_key: bool = False, vault: bool = True,
+              store_crops: bool = True) -> RunResult:
+    """Anonymize a video file, image, folder of them, or ``"-"`` (stdin).
+
+    With ``key_file`` (a master key; ``new_key`` creates it when missing) every
+    track gets its own key and a recovery vault ``<output>.sdv`` is written
+    beside a video output (``vault=False``: none). Without a key file the run
+    uses an ephemeral key that is never stored: the output is irreversible.
+    """
     config = config or PipelineConfig()
+    keys = run_keys(key_file, new_key=new_key)
     if src == "-":
         if dst is None:
             raise StreamdeidError("reading from stdin (-) needs an output path: -o OUTPUT")
@@ -48,25 +71,38 @@ def anonymize(src: str, dst: str | Path | None = None, config: PipelineConfig | 
         raise StreamdeidError(f"{src}: no such file or folder")
     out = Path(dst) if dst is not None else default_output(src)
     if src != "-" and Path(src).is_dir():
-        return _anonymize_folder(Path(src), out, config)
+        return _anonymize_folder(Path(src), out, config, keys)
     if src != "-" and is_image(src):
-        return _anonymize_image(Path(src), out, config)
-    return _anonymize_video(src, out, config)
+        return _anonymize_image(Path(src), out, config, keys)
+    return _anonymize_video(src, out, config, keys, vault=vault and not keys.ephemeral, store_crops=store_crops)
 
 
-def _renderer(config: PipelineConfig) -> FrameRenderer:
-    return FrameRenderer(create_anonymizer(config.anonymize), align=config.align,
-                         blend=config.blend, anonymize=config.anonymize)
+def _renderer(config: PipelineConfig, keys: RunKeys) -> FrameRenderer:
+    return FrameRenderer(create_anonymizer(config.anonymize), align=config.align, blend=config.blend,
+                         anonymize=config.anonymize, key_for_track=keys.for_track)
 
 
-def _anonymize_video(src: str, out: Path, config: PipelineConfig) -> RunResult:
+def _anonymize_video(src: str, out: Path, config: PipelineConfig, keys: RunKeys, *, vault: bool,
+                     store_crops: bool) -> RunResult:
     summary = RunSummary()
     stop = threading.Event()
+    vault_path = vault_path_for(out) if vault else None
+    if vault_path is not None and vault_path.exists() and not config.output.overwrite:
+        raise StreamdeidError(f"{vault_path} exists; pass --overwrite to replace it")
     with open_source(src) as source:
         fps = float(source.average_rate or 25)
-        writer = VideoWriter(out, source, config.output)
-        renderer = _renderer(config)
-        observers, closers = _observers(config)
+        writer = VideoWriter(out, source, config.output, metadata=video_id_tag(keys.video_id))
+        vault_writer = None
+        try:
+            renderer = _renderer(config, keys)
+            observers, closers = _observers(config)
+            if vault_path is not None:
+                vault_writer = open_vault_writer(vault_path, keys, source=src, output=out,
+                                                 store_crops=store_crops, overwrite=config.output.overwrite)
+                observers.append(VaultRecorder(vault_writer, config.align.crop_size))
+        except BaseException:
+            writer.close(success=False)
+            raise
         bar = tqdm(total=source.frame_count, unit="frame", disable=not config.progress,
                    desc=Path(src).name if src != "-" else "stdin", dynamic_ncols=True)
         sink = ThreadedSink(writer.write, summary.times)
@@ -86,9 +122,8 @@ def _anonymize_video(src: str, out: Path, config: PipelineConfig) -> RunResult:
         except KeyboardInterrupt:
             summary.interrupted = True
             sink.close()
-            partial = writer.abort_keep_partial()
-            log.warning("interrupted: %d frames written to %s", summary.frames, partial)
-            out = Path(partial)
+            out = Path(writer.abort_keep_partial())
+            log.warning("interrupted: %d frames written to %s", summary.frames, out)
         finally:
             summary.seconds = time.perf_counter() - t0
             bar.close()
@@ -96,7 +131,24 @@ def _anonymize_video(src: str, out: Path, config: PipelineConfig) -> RunResult:
                 close()
             if not summary.interrupted:
                 writer.close(success=ok)
-    return RunResult(out, summary)
+            vault_path = _finish_vault(vault_writer, vault_path, ok, summary.interrupted, out)
+    return RunResult(out, summary, vault_path)
+
+
+def _finish_vault(vault_writer, vault_path: Path | None, ok: bool, interrupted: bool, out: Path) -> Path | None:
+    """Close the vault beside a published (or, on Ctrl-C, partial) output; delete it on failure."""
+    if vault_writer is None or vault_path is None:
+        return None
+    if ok or interrupted:
+        vault_writer.close()
+        if interrupted:
+            kept = vault_path_for(out)
+            vault_path.rename(kept)
+            return kept
+        return vault_path
+    vault_writer.abort()
+    vault_path.unlink(missing_ok=True)
+    return None
 
 
 def _observers(config: PipelineConfig):
@@ -108,7 +160,7 @@ def _observers(config: PipelineConfig):
     return observers, closers
 
 
-def _anonymize_image(src: Path, out: Path, config: PipelineConfig) -> RunResult:
+def _anonymize_image(src: Path, out: Path, config: PipelineConfig, keys: RunKeys) -> RunResult:
     from .detect import create_detector
 
     if out.exists() and not config.output.overwrite:
@@ -119,7 +171,7 @@ def _anonymize_image(src: Path, out: Path, config: PipelineConfig) -> RunResult:
     t0 = time.perf_counter()
     dets = create_detector(config.detect).detect(image)
     faces = [_still_face(i, dets) for i in range(len(dets))]
-    renderer = _renderer(config)
+    renderer = _renderer(config, keys)
     result = FrameResult(Frame(0, image, None, None), faces)
     pasted = renderer.render(result)
     observers, closers = _observers(config)
@@ -139,17 +191,78 @@ def _still_face(i: int, dets):
     return TrackedFace(i + 1, dets.boxes[i], dets.landmarks[i], float(dets.scores[i]), "detected")
 
 
-def _anonymize_folder(src: Path, out: Path, config: PipelineConfig) -> RunResult:
+def _anonymize_folder(src: Path, out: Path, config: PipelineConfig, keys: RunKeys) -> RunResult:
     files = list_media(src)
     if not files:
         raise StreamdeidError(f"{src}: no images or videos in this folder")
     out.mkdir(parents=True, exist_ok=True)
     total = RunSummary()
     for f in files:
-        res = _anonymize_image(f, out / f.name, config) if is_image(f) else _anonymize_video(str(f), out / f.name, config)
+        if is_image(f):
+            res = _anonymize_image(f, out / f.name, config, keys)
+        else:
+            res = _anonymize_video(str(f), out / f.name, config, keys.for_next_video(),
+                                   vault=not keys.ephemeral, store_crops=True)
         for name in ("frames", "faces", "tracks", "fallbacks", "seconds"):
             setattr(total, name, getattr(total, name) + getattr(res.summary, name))
         if res.summary.interrupted:
             total.interrupted = True
             break
     return RunResult(out, total)
+
+
+@dataclass
+class RecoverResult:
+    output: Path
+    frames: int
+    faces_restored: int
+    damage: str | None  # what a truncated vault lost (with allow_partial), else None
+
+
+def recover(anonymized: str, dst: str | Path, *, key_file: str, vault: str | Path | None = None,
+            tracks: list[int] | None = None, config: PipelineConfig | None = None,
+            allow_partial: bool = False) -> RecoverResult:
+    """Restore the original faces of ``anonymized`` from its vault (exact mode).
+
+    ``tracks`` restores only those people. A wrong key, a vault of another
+    video, or a tampered vault raise ``StreamdeidError`` and leave no output.
+    A truncated vault does too, unless ``allow_partial``: then everything
+    before the damage is restored and ``damage`` says what was lost.
+    """
+    config = config or PipelineConfig()
+    src = Path(anonymized)
+    if not src.exists():
+        raise StreamdeidError(f"{anonymized}: no such file")
+    vault_path = Path(vault) if vault is not None else vault_path_for(src)
+    if not vault_path.exists():
+        raise StreamdeidError(f"{vault_path}: no such vault (pass --vault)")
+    key = load_recovery_key(key_file)
+    with VaultReader(vault_path) as reader, open_source(str(src)) as source:
+        tag = read_video_id_tag(source.metadata)
+        if tag is not None and tag != reader.video_id.hex():
+            raise StreamdeidError(f"{vault_path} belongs to another video than {src.name}")
+        reader.check_key(key, tracks)
+        groups = records_by_frame(reader, key, tracks)
+        writer = VideoWriter(dst, source, config.output, metadata=dict(source.metadata))
+        ok, frames, restored = False, 0, 0
+        try:
+            pending = next(groups, None)
+            for item in tqdm(source, total=source.frame_count, unit="frame", disable=not config.progress,
+                             desc="recover", dynamic_ncols=True):
+                if isinstance(item, Frame):
+                    while pending is not None and pending[0] < item.index:
+                        pending = next(groups, None)
+                    if pending is not None and pending[0] == item.index:
+                        restored += sum(restore_frame(item.image, rec) > 0 for rec in pending[1])
+                        pending = next(groups, None)
+                    frames += 1
+                writer.write(item)
+            for _ in groups:  # drain: a tampered record after the video's last frame still counts
+                pass
+            damage = str(reader.damage) if reader.damage is not None else None
+            if damage and not allow_partial:
+                raise StreamdeidError(f"{damage} (pass --partial to write what could be recovered)")
+            ok = True
+        finally:
+            writer.close(success=ok)
+    return RecoverResult(Path(dst), frames, restored, damage)

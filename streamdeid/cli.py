@@ -65,11 +65,15 @@ def main(verbose: bool) -> None:
 @click.option("--codec", default="libx264", show_default=True, help="Video encoder (e.g. libx264, libx265, ffv1 for lossless).")
 @click.option("--crf", type=click.IntRange(0, 63), default=18, show_default=True, help="Quality for x264/x265 (0 = lossless).")
 @click.option("--preset", default="veryfast", show_default=True, help="x264/x265 speed preset.")
+@click.option("--key-file", type=click.Path(dir_okay=False), help="Master key (from `streamdeid keygen`): write a recovery vault <output>.sdv. Without it the output is irreversible.")
+@click.option("--new-key", is_flag=True, help="Create --key-file if it does not exist.")
+@click.option("--no-vault", is_flag=True, help="Write no recovery vault even with --key-file.")
 @click.option("--export-tracks", type=click.Path(dir_okay=False), help="Write a JSONL audit log: per frame and track, box, score, state, method.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 def run(input: str, output: str | None, overwrite: bool, method: str, detect_every: int, detect_size: int | None,
         threshold: float | None, hold: float, lookahead: float, mask: str, mask_margin: float | None,
-        codec: str, crf: int, preset: str, export_tracks: str | None, no_progress: bool) -> None:
+        codec: str, crf: int, preset: str, key_file: str | None, new_key: bool, no_vault: bool,
+        export_tracks: str | None, no_progress: bool) -> None:
     """Anonymize every face in INPUT.
 
     INPUT is a video file (mp4, mkv, mov, avi, webm, gif), an image, a folder
@@ -94,17 +98,92 @@ def run(input: str, output: str | None, overwrite: bool, method: str, detect_eve
     config.output.overwrite = overwrite
     config.export_tracks = export_tracks
     config.progress = not no_progress
-    result = anonymize(input, output, config)
+    result = anonymize(input, output, config, key_file=key_file, new_key=new_key, vault=not no_vault)
     click.echo(f"streamdeid: {result.summary.line()} -> {result.output}", err=True)
+    if result.vault is not None:
+        click.echo(f"streamdeid: recovery vault {result.vault} (recover with `streamdeid recover"
+                   f" {result.output} --key-file {key_file} -o OUT`)", err=True)
+    else:
+        click.echo("streamdeid: no recovery vault: this output is irreversible", err=True)
     if result.summary.interrupted:
         sys.exit(EXIT_INTERRUPTED)
 
 
-def _path_exists(path: str) -> Path:
-    p = Path(path)
-    if not p.exists():
-        raise StreamdeidError(f"{path}: no such file")
-    return p
+@main.command()
+@click.argument("anonymized", metavar="ANON")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Where to write the recovered video.")
+@click.option("--key-file", required=True, type=click.Path(dir_okay=False), help="Master key, or a track key from `export-key`.")
+@click.option("--vault", type=click.Path(dir_okay=False), help="Recovery vault. Default: ANON.sdv.")
+@click.option("--track", "tracks", type=int, multiple=True, help="Restore only this track (repeatable); others stay anonymized.")
+@click.option("--partial", is_flag=True, help="With a truncated vault, write what can be recovered and report the loss.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
+@click.option("--codec", default="libx264", show_default=True, help="Video encoder (ffv1 keeps restored faces bit-exact).")
+@click.option("--crf", type=click.IntRange(0, 63), default=18, show_default=True, help="Quality for x264/x265 (0 = lossless).")
+@click.option("--no-progress", is_flag=True, help="No progress bar.")
+def recover(anonymized: str, output: str, key_file: str, vault: str | None, tracks: tuple[int, ...],
+            partial: bool, overwrite: bool, codec: str, crf: int, no_progress: bool) -> None:
+    """Restore the original faces of ANON from its recovery vault.
+
+    Exact: the pixels each anonymized face replaced are decrypted and put
+    back. With --track only those people are restored.
+    """
+    from .api import recover as do_recover
+
+    config = PipelineConfig()
+    config.output.codec, config.output.crf, config.output.overwrite = codec, crf, overwrite
+    config.progress = not no_progress
+    res = do_recover(anonymized, output, key_file=key_file, vault=vault, tracks=list(tracks) or None,
+                     config=config, allow_partial=partial)
+    click.echo(f"streamdeid: {res.frames} frames, {res.faces_restored} faces restored -> {res.output}", err=True)
+    if res.damage:
+        click.echo(f"streamdeid: warning: {res.damage}", err=True)
+
+
+@main.command()
+@click.argument("key_file", type=click.Path(dir_okay=False))
+def keygen(key_file: str) -> None:
+    """Create a new master key file (32 random bytes, mode 0600; never overwrites)."""
+    from .keys import generate_master_key
+
+    key = generate_master_key(key_file)
+    click.echo(f"streamdeid: wrote master key {key_file} (id {key.key_id}); keep it safe", err=True)
+
+
+@main.command("export-key")
+@click.option("--key-file", required=True, type=click.Path(dir_okay=False), help="Master key.")
+@click.option("--vault", required=True, type=click.Path(dir_okay=False), help="Vault of the video.")
+@click.option("--track", required=True, type=int, help="Track (person) to disclose.")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Track key file to write.")
+def export_key(key_file: str, vault: str, track: int, output: str) -> None:
+    """Write a key that opens only one track of one video (selective disclosure)."""
+    from .keys import MasterKey, export_track_key
+    from .recovery import load_recovery_key
+    from .vault import VaultReader
+
+    master = load_recovery_key(key_file)
+    if not isinstance(master, MasterKey):
+        raise StreamdeidError(f"{key_file} is a track key; export-key needs the master key")
+    if not Path(vault).exists():
+        raise StreamdeidError(f"{vault}: no such vault")
+    with VaultReader(vault) as reader:
+        reader.check_key(master, [track])
+        export_track_key(master, reader.video_id, track, output)
+    click.echo(f"streamdeid: wrote {output}: opens track {track} of this video only", err=True)
+
+
+@main.command()
+@click.argument("vault", type=click.Path(dir_okay=False))
+def inspect(vault: str) -> None:
+    """Show a vault's header, frame range, tracks and sizes (no key needed, nothing secret shown)."""
+    import json
+
+    from .vault import VaultReader
+
+    if not Path(vault).exists():
+        raise StreamdeidError(f"{vault}: no such vault")
+    with VaultReader(vault) as reader:
+        info = reader.inspect()
+    click.echo(json.dumps(info, indent=2, default=str))
 
 
 if __name__ == "__main__":

@@ -60,7 +60,7 @@ class OutputConfig:
     codec: str = "libx264"
     crf: int = 18
     preset: str = "veryfast"
-    pix_fmt: str = "yuv420p"
+    pix_fmt: str | None = None  # None: yuv420p, or BGR for lossless ffv1 / x264 crf 0 (exact recovery)
     overwrite: bool = False
 
 

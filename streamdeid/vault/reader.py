@@ -47,7 +47,7 @@ class VaultRecord:
     inverse: np.ndarray  # [2, 3] float64 crop -> frame
     crop_size: tuple[int, int]  # (width, height)
     mask_params: np.ndarray  # [n] float64
-    crop: np.ndarray | None = field(repr=False)  # uint8 [H, W, 3] BGR, None in geometry-only vaults
+    crop: np.ndarray | None = field(repr=False)  # uint8 [H, W, 3] BGR or [H, W, 4] BGRA; None if geometry-only
 
 
 @dataclass(frozen=True)
@@ -423,7 +423,7 @@ class VaultReader:
         crop = None
         if p.png is not None:
             crop = cv2.imdecode(np.frombuffer(p.png, dtype=np.uint8), cv2.IMREAD_UNCHANGED)
-            if crop is None or crop.dtype != np.uint8 or crop.ndim != 3 or crop.shape[2] != 3:
+            if crop is None or crop.dtype != np.uint8 or crop.ndim != 3 or crop.shape[2] not in (3, 4):
                 raise StreamdeidError(f"{where} holds an unreadable crop image")
         return VaultRecord(r.seq, r.track_id, r.frame_index, p.pts, p.inverse, p.crop_size, p.mask_params, crop)
 

@@ -192,7 +192,8 @@ class VaultWriter:
 
         ``inverse_matrix``: [2, 3] crop -> frame affine (float64, stored exactly).
         ``crop_size``: int S or (width, height) of the aligned crop.
-        ``crop_bgr``: the original pixels to restore, uint8 [H, W, 3] (stored as
+        ``crop_bgr``: the original pixels to restore, uint8 [H, W, 3], or BGRA
+        [H, W, 4] whose alpha says which pixels to restore (stored as
         PNG, bit-exact); ignored when the vault was opened with store_crops=False.
         ``mask_params``: any float64 values the blender needs to rebuild its mask.
         """
@@ -222,8 +223,8 @@ class VaultWriter:
         png = None
         if self.store_crops and crop_bgr is not None:
             crop = np.asarray(crop_bgr)
-            if crop.dtype != np.uint8 or crop.ndim != 3 or crop.shape[2] != 3 or crop.size == 0:
-                raise ValueError(f"crop_bgr must be uint8 [H, W, 3], got {crop.dtype} {crop.shape}")
+            if crop.dtype != np.uint8 or crop.ndim != 3 or crop.shape[2] not in (3, 4) or crop.size == 0:
+                raise ValueError(f"crop_bgr must be uint8 [H, W, 3] or BGRA [H, W, 4], got {crop.dtype} {crop.shape}")
             ok, buf = cv2.imencode(".png", np.ascontiguousarray(crop), self._png_params)
             if not ok:
                 raise StreamdeidError("could not PNG-encode a face crop")

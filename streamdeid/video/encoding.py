@@ -87,7 +87,7 @@ def choose_video_encoding(config: OutputConfig, width: int, height: int, ext: st
     output_format(ext)  # reject unknown extensions before anything else
     if ext.lower() == ".gif":
         return VideoEncoding("gif", "pal8")
-    codec, pix_fmt = config.codec, config.pix_fmt
+    codec, pix_fmt = config.codec, config.pix_fmt or default_pix_fmt(config)
     if codec == "libx264" and pix_fmt in RGB_PIX_FMTS:
         codec = "libx264rgb"  # plain libx264 has no RGB input; this is its RGB twin
     supported = _encoder_pix_fmts(codec)
@@ -97,6 +97,16 @@ def choose_video_encoding(config: OutputConfig, width: int, height: int, ext: st
         log.warning("%dx%d is odd-sized: %s needs even sizes, encoding as yuv444p instead", width, height, pix_fmt)
         pix_fmt = "yuv444p"
     return VideoEncoding(codec, pix_fmt, _codec_options(codec, config))
+
+
+def default_pix_fmt(config: OutputConfig) -> str:
+    """Lossless settings keep BGR (no YUV rounding), so restored faces stay bit-exact;
+    lossy ones use yuv420p, which every player plays."""
+    if config.codec == "ffv1":
+        return "bgr0"
+    if config.codec == "libx264" and config.crf == 0:
+        return "bgr24"
+    return "yuv420p"
 
 
 def _encoder_pix_fmts(codec: str) -> list[str]:

@@ -1,5 +1,9 @@
 """Demux and decode one video source into ``Frame`` objects and audio packets.
 
+Sources: files, ``-`` (stdin), network streams (``rtsp://`` etc.) and V4L2
+devices (``/dev/videoN``). Reconnecting a dropped live source is the job of
+``streamdeid.live``; this module opens one connection and reads it to its end.
+
 Video frames are decoded to BGR uint8 with their pts and time_base copied
 unchanged, so the writer can reproduce variable frame rate exactly. Audio is
 not decoded: packets are passed through so the writer can copy them without
@@ -113,6 +117,7 @@ class VideoSource:
         self._exhausted = False
         self._closed = False
         self._decode_errors = 0
+        self.end_reason: str | None = None  # why reading stopped early (an error), else None
         self.rotation = 0
         self.color = ColorInfo()
         self._prime()
@@ -171,6 +176,11 @@ class VideoSource:
     @property
     def video_stream(self) -> av.video.stream.VideoStream:
         return self._video
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        """Container-level tags (e.g. the streamdeid video id of an anonymized output)."""
+        return dict(self._container.metadata)
 
     @property
     def format_name(self) -> str:
@@ -233,6 +243,7 @@ class VideoSource:
             return
         except _AV_ERRORS as exc:
             log.warning("%s: stopped reading after frame %d: %s", self.name, self._index, _reason(exc))
+            self.end_reason = _reason(exc)
             self._finish()
             return
         if packet.stream.type == "audio":
@@ -331,11 +342,50 @@ def _reason(exc: BaseException) -> str:
     return re.sub(r"^\[Errno -?\d+\]\s*", "", text[0]) if text else type(exc).__name__
 
 
-def _open_container(path_or_dash: str, format: str | None) -> tuple[av.container.InputContainer, str, bool]:
+# URL schemes read through FFmpeg's network demuxers (live, never "truncated").
+STREAM_SCHEMES = ("rtsp://", "rtsps://", "rtmp://", "rtmps://", "srt://", "udp://", "tcp://")
+DEVICE_PREFIX = "/dev/video"
+
+
+def is_stream_url(path: str) -> bool:
+    """Whether ``path`` names a network stream (``rtsp://...`` etc.)."""
+    return str(path).lower().startswith(STREAM_SCHEMES)
+
+
+def is_device(path: str) -> bool:
+    """Whether ``path`` names a V4L2 capture device (``/dev/video0``)."""
+    return str(path).startswith(DEVICE_PREFIX)
+
+
+def is_live_input(path: str) -> bool:
+    """Network streams, capture devices and stdin never end on their own terms."""
+    return path == STDIN or is_stream_url(path) or is_device(path)
+
+
+def redact_url(url: str) -> str:
+    """``rtsp://user:secret@host/x`` -> ``rtsp://user:***@host/x`` for logs."""
+    return re.sub(r"(://[^/:@]+):[^/@]*@", r"\1:***@", url)
+
+
+def _open_container(
+    path_or_dash: str,
+    format: str | None,
+    options: dict[str, str] | None = None,
+    timeout: float | tuple[float, float] | None = None,
+) -> tuple[av.container.InputContainer, str, bool]:
+    kwargs: dict[str, object] = {"options": dict(options or {})}
+    if timeout is not None:
+        kwargs["timeout"] = timeout
     if path_or_dash == STDIN:
         if sys.stdin is None or sys.stdin.isatty():
             raise StreamdeidError("input '-' needs a video piped into stdin (e.g. ffmpeg ... -f matroska -)")
-        return av.open(sys.stdin.buffer, mode="r", format=format), "<stdin>", True
+        return av.open(sys.stdin.buffer, mode="r", format=format, **kwargs), "<stdin>", True
+    if is_stream_url(path_or_dash):
+        return av.open(path_or_dash, mode="r", format=format, **kwargs), redact_url(path_or_dash), True
+    if is_device(path_or_dash):
+        if not Path(path_or_dash).exists():
+            raise StreamdeidError(f"capture device not found: {path_or_dash}")
+        return av.open(path_or_dash, mode="r", format=format or "v4l2", **kwargs), path_or_dash, True
     path = Path(path_or_dash)
     if not path.exists():
         raise StreamdeidError(f"input file not found: {path}")
@@ -345,24 +395,37 @@ def _open_container(path_or_dash: str, format: str | None) -> tuple[av.container
         raise StreamdeidError(f"input file is not readable (permissions): {path}")
     if path.stat().st_size == 0:
         raise StreamdeidError(f"input file is empty: {path}")
-    return av.open(str(path), mode="r", format=format), str(path), False
+    return av.open(str(path), mode="r", format=format, **kwargs), str(path), False
 
 
-def open_source(path_or_dash: str, format: str | None = None, accurate_color: bool = False) -> VideoSource:
-    """Open a video file, or ``-`` for a stream piped into stdin.
+def open_source(
+    path_or_dash: str,
+    format: str | None = None,
+    accurate_color: bool = False,
+    *,
+    options: dict[str, str] | None = None,
+    timeout: float | tuple[float, float] | None = None,
+) -> VideoSource:
+    """Open a video file, ``-`` for a stream piped into stdin, a network
+    stream (``rtsp://``, ``rtmp://``, ``srt://``...) or a V4L2 device
+    (``/dev/video0``).
 
     ``format`` forces a demuxer (e.g. ``"matroska"``, ``"mpegts"``), which
-    only matters for stdin streams that probing cannot identify.
-    ``accurate_color`` trades YUV->BGR speed for exact rounding (see
-    ``ACCURATE_YUV_TO_BGR``).
+    only matters for stdin streams that probing cannot identify (devices
+    default to ``"v4l2"``). ``accurate_color`` trades YUV->BGR speed for
+    exact rounding (see ``ACCURATE_YUV_TO_BGR``). ``options`` go to the
+    demuxer/protocol (e.g. ``{"rtsp_transport": "tcp"}``); ``timeout`` is
+    PyAV's wall-clock bound in seconds, a float or ``(open, read)``, which
+    also ends a read that hangs inside FFmpeg.
     Raises ``StreamdeidError`` for anything that is not a decodable video.
     """
     try:
-        container, name, is_live = _open_container(str(path_or_dash), format)
+        container, name, is_live = _open_container(str(path_or_dash), format, options, timeout)
     except StreamdeidError:
         raise
     except _AV_ERRORS as exc:
-        raise StreamdeidError(f"cannot read {path_or_dash} as a video: {_reason(exc)}") from None
+        shown = redact_url(str(path_or_dash))
+        raise StreamdeidError(f"cannot read {shown} as a video: {_reason(exc)}") from None
     if not container.streams.video:
         container.close()
         raise StreamdeidError(f"no video stream in {name}")

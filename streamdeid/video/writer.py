@@ -84,7 +84,8 @@ class VideoWriter:
     ``success`` = "no exception".
     """
 
-    def __init__(self, path: str | os.PathLike[str], template: VideoTemplate, config: OutputConfig) -> None:
+    def __init__(self, path: str | os.PathLike[str], template: VideoTemplate, config: OutputConfig,
+                 metadata: dict[str, str] | None = None) -> None:
         self.path = Path(path)
         self.partial_path = partial_path_for(self.path)
         self._config = config
@@ -102,6 +103,7 @@ class VideoWriter:
             self._container = av.open(str(self.partial_path), mode="w", format=fmt, options=muxer_options(self._ext))
         except _AV_ERRORS as exc:
             raise StreamdeidError(f"cannot create {self.partial_path}: {_reason(exc)}") from None
+        self._container.metadata.update(metadata or {})  # container tags, e.g. the vault's video id
         try:
             self._video = self._add_video_stream(self._encoding)
             self._add_audio_stream(template.audio_stream)
@@ -346,6 +348,139 @@ class VideoWriter:
         except _AV_ERRORS:
             pass  # the file is deleted anyway
         self.partial_path.unlink(missing_ok=True)
+
+
+# Live outputs: where a stream goes -> (muxer, pseudo-extension for codec checks).
+STREAM_OUTPUTS = {"rtsp://": "rtsp", "rtmp://": "flv", "srt://": "mpegts", "udp://": "mpegts", "tcp://": "mpegts"}
+STDOUT = "-"
+# Encoder settings for live pushes: no B-frames or look-ahead queue in x264
+# (each would add frames of delay) and a keyframe every 2 s so a player that
+# joins mid-stream starts quickly.
+LIVE_X264 = {"tune": "zerolatency"}
+
+
+def is_stream_output(target: str) -> bool:
+    """``-`` (stdout) or a URL the writer pushes to instead of a file."""
+    return target == STDOUT or str(target).lower().startswith(tuple(STREAM_OUTPUTS))
+
+
+class StreamWriter(VideoWriter):
+    """A ``VideoWriter`` that pushes to a live target instead of a file:
+    ``rtsp://host:port/path`` (RTSP ANNOUNCE/RECORD), ``rtmp://`` (FLV),
+    ``srt://``/``udp://``/``tcp://`` (MPEG-TS) or ``-`` (stdout, MPEG-TS or
+    Matroska via ``container``). There is no partial file: what was sent is
+    sent, so ``close(success=False)`` just ends the stream.
+    """
+
+    def __init__(
+        self,
+        target: str,
+        template: VideoTemplate,
+        config: OutputConfig,
+        *,
+        container: str = "mpegts",
+        options: dict[str, str] | None = None,
+        timeout: float | None = 10.0,
+    ) -> None:
+        import sys
+
+        self.path = Path(target) if target == STDOUT else Path("stream")
+        self.partial_path = self.path
+        self.target = target
+        self._config = config
+        self._template = template
+        if target == STDOUT:
+            fmt = container
+            ext = ".mkv" if container in ("matroska", "mkv") else ".ts"
+            fmt = "matroska" if ext == ".mkv" else "mpegts"
+        else:
+            scheme = target.split("://", 1)[0].lower() + "://"
+            fmt = STREAM_OUTPUTS[scheme]
+            ext = ".mkv" if fmt in ("rtsp", "flv") else ".ts"  # codec checks only: both take H.264/AAC
+        self._ext = ext
+        encoding = choose_video_encoding(config, template.width, template.height, ext)
+        if encoding.codec in X264_LIVE_CODECS:
+            encoding.options = {**encoding.options, **LIVE_X264}
+            rate = template.average_rate
+            encoding.options.setdefault("g", str(max(1, round(2 * float(rate)))) if rate else "50")
+        self._encoding = encoding
+        self._closed = False
+        self._last_pts = None
+        self._frames_written = 0
+        self._audio_out = None
+        self._audio_copy = False
+        self._stream_fmt = fmt
+        opts = {"flush_packets": "1", **(options or {})}
+        try:
+            if target == STDOUT:
+                self._container = av.open(sys.stdout.buffer, mode="w", format=fmt, options=opts)
+            else:
+                self._container = av.open(target, mode="w", format=fmt, options=opts, timeout=timeout)
+        except _AV_ERRORS as exc:
+            raise StreamdeidError(f"cannot open output {_redact(target)}: {_reason(exc)}") from None
+        try:
+            self._video = self._add_video_stream(self._encoding)
+            self._add_audio_stream(template.audio_stream)
+        except BaseException:
+            self._discard()
+            raise
+
+    def _accepts(self, codec: str) -> bool:
+        if self._stream_fmt in ("rtsp", "flv", "mpegts"):
+            return codec in ("h264", "hevc", "libx264", "libx265", "aac", "mp3", "opus", "libopus", "ac3")
+        return super()._accepts(codec)
+
+    def close(self, success: bool = True) -> Path | None:
+        if self._closed:
+            return None
+        if self._frames_written == 0:
+            self._discard()
+            return None
+        try:
+            self._finalize()
+        except StreamdeidError as exc:
+            if success:
+                raise
+            log.warning("ending %s: %s", _redact(self.target), exc)
+        return self.path if success else None
+
+    def abort_keep_partial(self) -> Path:
+        self.close(success=False)
+        return self.path
+
+    def _mux(self, packets: av.Packet | list[av.Packet]) -> None:
+        try:
+            self._container.mux(packets)
+        except _AV_ERRORS as exc:
+            raise StreamdeidError(f"pushing to {_redact(self.target)} failed: {_reason(exc)}") from None
+
+    def _discard(self) -> None:
+        self._closed = True
+        try:
+            self._container.close()
+        except _AV_ERRORS:
+            pass
+
+
+X264_LIVE_CODECS = frozenset({"libx264", "libx264rgb", "libx265"})
+
+
+def open_writer(
+    target: str | os.PathLike[str],
+    template: VideoTemplate,
+    config: OutputConfig,
+    *,
+    stream_container: str = "mpegts",
+    stream_options: dict[str, str] | None = None,
+) -> VideoWriter:
+    """A ``StreamWriter`` for ``-``/URLs, else a file ``VideoWriter``."""
+    if is_stream_output(str(target)):
+        return StreamWriter(str(target), template, config, container=stream_container, options=stream_options)
+    return VideoWriter(target, template, config)
+
+
+def _redact(url: str) -> str:
+    return re.sub(r"(://[^/:@]+):[^/@]*@", r"\\1:***@", str(url))
 
 
 def write_image(path: str | os.PathLike[str], image: np.ndarray, overwrite: bool = False) -> Path:
