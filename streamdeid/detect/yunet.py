@@ -48,10 +48,17 @@ class YuNetDetector:
         self.cfg = cfg
         self.model_path = path
         self._size: tuple[int, int] | None = None
+        # OpenCV 5 warns on stderr that its new DNN engine ignores the (default)
+        # target on every load; keep the user's terminal to our own messages.
+        previous = cv2.utils.logging.getLogLevel()
+        cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_ERROR)
         try:
-            self._net = cv2.FaceDetectorYN.create(path, "", (320, 320), float(cfg.score_threshold), float(cfg.nms_threshold), 5000)
+            self._net = cv2.FaceDetectorYN.create(path, "", (320, 320), float(cfg.score_threshold),
+                                                  float(cfg.nms_threshold), 5000)
         except cv2.error as exc:
             raise StreamdeidError(f"cannot load YuNet model {path}: {str(exc).strip().splitlines()[-1]}") from None
+        finally:
+            cv2.utils.logging.setLogLevel(previous)
 
     def detect(self, image_bgr: np.ndarray) -> Detections:
         image = as_bgr(image_bgr)

@@ -15,7 +15,7 @@ class LiveConfig:
     backoff_initial: float = 0.5  # first wait before reconnecting (seconds)
     backoff_max: float = 10.0  # cap of the wait between attempts (seconds)
     backoff_factor: float = 2.0  # wait multiplier after each failed attempt
-    max_retries: int = 10  # failed reconnect attempts in a row before giving up; -1 = forever
+    max_retries: int = 10  # connection attempts per outage (at least 1) before giving up; -1 = forever
     max_latency: float = 1.0  # seconds from frame arrival to emission; older frames are dropped
     # Look-ahead (cover a face in frames before its first detection) may use at
     # most this fraction of max_latency; also capped by PipelineConfig.lookahead_seconds.

@@ -390,7 +390,6 @@ class StreamWriter(VideoWriter):
         self._config = config
         self._template = template
         if target == STDOUT:
-            fmt = container
             ext = ".mkv" if container in ("matroska", "mkv") else ".ts"
             fmt = "matroska" if ext == ".mkv" else "mpegts"
         else:

@@ -1,0 +1,149 @@
+"""Where a live run's anonymized frames go: rotated file segments or a live push.
+
+``SegmentRecorder`` writes ``out.mp4`` as ``out_00000.mp4``, ``out_00001.mp4``
+... (or a printf pattern such as ``out_%05d.mp4``), starting a new file every
+``segment_time`` seconds of media time. Each segment is its own
+``VideoWriter``: fragmented MP4 through a partial file renamed on close, so
+every segment plays on its own and a crash loses at most the open segment's
+tail (its partial file stays playable). Each segment's timestamps start at 0.
+Hooks ``on_segment_open(path)``/``on_segment_close(path)`` let a caller open
+and close one recovery vault per segment.
+
+A stream target (``-``, ``rtsp://``...) gets one ``StreamWriter`` for the
+whole run; segment rotation does not apply to it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from fractions import Fraction
+from pathlib import Path
+
+from streamdeid.config import OutputConfig
+from streamdeid.types import Frame, StreamdeidError
+from streamdeid.video.reader import AudioPacket
+from streamdeid.video.writer import StreamWriter, VideoTemplate, VideoWriter, is_stream_output
+
+log = logging.getLogger(__name__)
+
+SegmentHook = Callable[[Path], None]
+MAX_SEGMENTS = 10_000_000  # bound on the segment counter (pattern width)
+
+
+def segment_path(output: str | Path, index: int) -> Path:
+    """``out.mp4`` -> ``out_00003.mp4``; a pattern with ``%`` is formatted instead."""
+    text = str(output)
+    if "%" in text:
+        try:
+            return Path(text % index)
+        except (TypeError, ValueError):
+            raise StreamdeidError(f"bad segment pattern {text!r} (use one integer field, e.g. out_%05d.mp4)") from None
+    p = Path(text)
+    return p.with_name(f"{p.stem}_{index:05d}{p.suffix}")
+
+
+class SegmentRecorder:
+    """Writes emitted items to rotating segment files or one stream.
+
+    ``write`` is called from one thread (the encoder thread). ``close``
+    finishes the open segment; ``success=False`` keeps it as a partial file.
+    """
+
+    def __init__(
+        self,
+        output: str,
+        template: VideoTemplate,
+        config: OutputConfig,
+        *,
+        segment_time: float | None = None,
+        stream_container: str = "mpegts",
+        stream_options: dict[str, str] | None = None,
+        on_segment_open: SegmentHook | None = None,
+        on_segment_close: SegmentHook | None = None,
+    ) -> None:
+        self.output = output
+        self.template = template
+        self.config = config
+        self.stream = is_stream_output(output)
+        if self.stream and segment_time:
+            log.warning("--segment-time applies to file recordings, not to %s: ignored", output)
+            segment_time = None
+        self.segment_time = segment_time
+        self.stream_container = stream_container
+        self.stream_options = stream_options
+        self.on_open = on_segment_open
+        self.on_close = on_segment_close
+        self.segments: list[Path] = []  # finished segment files (or the stream path)
+        self.frames_written = 0
+        self._writer: VideoWriter | None = None
+        self._start: int | None = None  # pts of the open segment's first frame (template tb)
+        self._next_index = 0
+
+    # ------------------------------------------------------------- writing
+    def write(self, item: object) -> None:
+        if isinstance(item, Frame):
+            self._write_frame(item)
+        elif isinstance(item, AudioPacket):
+            self._write_audio(item)
+
+    def _write_frame(self, frame: Frame) -> None:
+        if self._writer is None or self._due(frame):
+            self._rotate(frame)
+        start = self._start or 0
+        pts = None if frame.pts is None else frame.pts - start
+        self._writer.write_frame(Frame(frame.index, frame.image, pts, frame.time_base))
+        self.frames_written += 1
+
+    def _due(self, frame: Frame) -> bool:
+        if not self.segment_time or frame.pts is None or frame.time_base is None:
+            return False
+        return float((frame.pts - (self._start or 0)) * Fraction(frame.time_base)) >= self.segment_time
+
+    def _write_audio(self, item: AudioPacket) -> None:
+        if self._writer is None or item.packet.pts is None or item.packet.time_base is None:
+            return  # audio before the first frame of a segment has nowhere to go yet
+        shift = round((self._start or 0) * Fraction(self.template.time_base) / item.packet.time_base)
+        pts = item.packet.pts - shift
+        if pts < 0:
+            return  # belongs before this segment's first frame
+        item.packet.pts = pts
+        if item.packet.dts is not None:
+            item.packet.dts = item.packet.dts - shift
+        self._writer.write_audio(item)
+
+    # ------------------------------------------------------------ segments
+    def _rotate(self, frame: Frame) -> None:
+        self._finish_segment(success=True)
+        if self._next_index >= MAX_SEGMENTS:
+            raise StreamdeidError("segment counter exhausted")
+        if self.stream:
+            path = Path(self.output)
+            self._writer = StreamWriter(self.output, self.template, self.config,
+                                        container=self.stream_container, options=self.stream_options)
+        else:
+            path = segment_path(self.output, self._next_index) if self.segment_time else Path(self.output)
+            self._writer = VideoWriter(path, self.template, self.config)
+            log.info("recording segment %s", path)
+        self._next_index += 1
+        self._start = frame.pts if not self.stream or self._start is None else self._start
+        if self.on_open is not None:
+            self.on_open(path)
+
+    def _finish_segment(self, success: bool) -> None:
+        writer, self._writer = self._writer, None
+        if writer is None:
+            return
+        if success:
+            path = writer.close(success=True)
+        else:
+            path = writer.abort_keep_partial()
+        if path is not None:
+            self.segments.append(Path(path))
+        if self.on_close is not None:
+            self.on_close(Path(path) if path is not None else writer.path)
+
+    def close(self, success: bool = True) -> list[Path]:
+        """Finish the open segment (published on success, else kept partial)."""
+        self._finish_segment(success)
+        return self.segments

@@ -1,0 +1,70 @@
+"""Shared fixtures: the real media beside the repo, and small synthetic videos."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+MEDIA = SHARED / "media"
+
+
+@pytest.fixture(scope="session")
+def media() -> Path:
+    if not MEDIA.is_dir():
+        pytest.skip(f"shared media not found at {MEDIA} (clone the repo beside ../shared)")
+    return MEDIA
+
+
+def run_cli(*args: str, input: bytes | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """Run the real `streamdeid` command line in a subprocess (exit codes, stderr as users see them)."""
+    return subprocess.run([sys.executable, "-m", "streamdeid.cli", *args], input=input,
+                          capture_output=True, timeout=timeout)
+
+
+def make_video(path: Path, frames: list[np.ndarray], *, fps: int = 25, codec: str = "libx264",
+               pts: list[int] | None = None, time_base: Fraction | None = None) -> Path:
+    """Encode BGR frames ([H, W, 3] uint8) into ``path`` with PyAV."""
+    h, w = frames[0].shape[:2]
+    with av.open(str(path), "w") as c:
+        s = c.add_stream(codec, rate=fps)
+        s.width, s.height = w, h
+        s.pix_fmt = "yuv444p" if (w % 2 or h % 2) and codec == "libx264" else "yuv420p"
+        if time_base is not None:
+            s.time_base = time_base
+        for i, img in enumerate(frames):
+            vf = av.VideoFrame.from_ndarray(img, format="bgr24")
+            if pts is not None:
+                vf.pts, vf.time_base = pts[i], time_base
+            for p in s.encode(vf):
+                c.mux(p)
+        for p in s.encode():
+            c.mux(p)
+    return path
+
+
+def decode(path: Path | str) -> list[np.ndarray]:
+    with av.open(str(path)) as c:
+        return [f.to_ndarray(format="bgr24") for f in c.decode(video=0)]
+
+
+def face_frames(media: Path, n: int, size: tuple[int, int] = (320, 240)) -> list[np.ndarray]:
+    """``n`` frames with obama.jpg's face moving left to right over a grey background."""
+    import cv2
+
+    face = cv2.imread(str(media / "obama.jpg"))
+    h = size[1] * 2 // 3
+    face = cv2.resize(face, (face.shape[1] * h // face.shape[0], h))
+    out = []
+    for i in range(n):
+        img = np.full((size[1], size[0], 3), 90, np.uint8)
+        x = (size[0] - face.shape[1]) * i // max(n - 1, 1)
+        img[20:20 + face.shape[0], x:x + face.shape[1]] = face
+        out.append(img)
+    return out

@@ -1,0 +1,157 @@
+"""`streamdeid run` as a user runs it: outputs, timing, bad input, interruption."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import cv2
+import numpy as np
+import pytest
+
+from conftest import decode, face_frames, make_video, run_cli
+
+
+def _err_line(proc: subprocess.CompletedProcess) -> str:
+    err = proc.stderr.decode()
+    assert "Traceback" not in err, err
+    return err
+
+
+def test_help_explains_options() -> None:
+    proc = run_cli("run", "--help")
+    out = proc.stdout.decode()
+    assert proc.returncode == 0
+    for opt in ("--detect-every", "--hold", "--lookahead", "--key-file", "--export-tracks", "--crf"):
+        assert opt in out
+
+
+def test_synthetic_face_video_is_covered_and_timing_kept(tmp_path: Path, media: Path) -> None:
+    tb = Fraction(1, 1000)
+    pts = [0, 40, 80, 200, 240, 400, 440, 480, 520, 700]  # variable frame rate
+    src = make_video(tmp_path / "in.mp4", face_frames(media, len(pts)), pts=pts, time_base=tb)
+    out = tmp_path / "in_anonymized.mp4"
+    proc = run_cli("run", str(src), "--no-progress", "--export-tracks", str(tmp_path / "t.jsonl"))
+    assert proc.returncode == 0, _err_line(proc)
+    assert out.exists()
+    with av.open(str(src)) as a, av.open(str(out)) as b:
+        fa, fb = list(a.decode(video=0)), list(b.decode(video=0))
+        assert [f.time for f in fa] == [f.time for f in fb]
+        assert (fb[0].width, fb[0].height) == (fa[0].width, fa[0].height)
+    rows = [json.loads(line) for line in (tmp_path / "t.jsonl").read_text().splitlines()]
+    assert {r["frame"] for r in rows} == set(range(len(pts)))
+    assert all(r["method"] == "blur" for r in rows)
+    assert "10 frames" in proc.stderr.decode() and "irreversible" in proc.stderr.decode()
+
+
+def test_never_overwrites_without_flag(tmp_path: Path, media: Path) -> None:
+    src = make_video(tmp_path / "in.mp4", face_frames(media, 3))
+    out = tmp_path / "out.mp4"
+    out.write_bytes(b"precious")
+    proc = run_cli("run", str(src), "-o", str(out), "--no-progress")
+    assert proc.returncode == 1 and "--overwrite" in _err_line(proc)
+    assert out.read_bytes() == b"precious"
+    proc = run_cli("run", str(src), "-o", str(out), "--no-progress", "--overwrite")
+    assert proc.returncode == 0 and len(decode(out)) == 3
+
+
+@pytest.mark.parametrize("content", [None, b"", b"this is not a video\n" * 50])
+def test_bad_input_one_line_error(tmp_path: Path, content: bytes | None) -> None:
+    src = tmp_path / "clip.mp4"
+    if content is not None:
+        src.write_bytes(content)
+    proc = run_cli("run", str(src), "--no-progress")
+    err = _err_line(proc)
+    assert proc.returncode == 1
+    assert err.strip().count("\n") == 0 and err.startswith("streamdeid: error:")
+    assert not list(tmp_path.glob("clip_anonymized*"))  # nothing half-written
+
+
+def test_truncated_video_gives_output_or_error(tmp_path: Path, media: Path) -> None:
+    data = (media / "head-pose-face-detection-male.mp4").read_bytes()
+    src = tmp_path / "cut.mp4"
+    src.write_bytes(data[: len(data) // 2])
+    proc = run_cli("run", str(src), "--no-progress")
+    _err_line(proc)
+    out = tmp_path / "cut_anonymized.mp4"
+    if proc.returncode == 0:
+        assert len(decode(out)) > 0
+    else:
+        assert proc.returncode == 1 and not out.exists()
+
+
+def test_odd_size_and_no_faces(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    frames = [rng.integers(0, 255, (363, 641, 3), dtype=np.uint8) for _ in range(4)]
+    src = make_video(tmp_path / "odd.mkv", frames)
+    proc = run_cli("run", str(src), "--no-progress")
+    assert proc.returncode == 0, _err_line(proc)
+    out = decode(tmp_path / "odd_anonymized.mkv")
+    assert len(out) == 4 and out[0].shape == (363, 641, 3)
+    assert "0 faces" in proc.stderr.decode()
+
+
+def test_hundred_faces_in_one_image(tmp_path: Path, media: Path) -> None:
+    face = cv2.imread(str(media / "obama.jpg"))
+    face = cv2.resize(face, (60, 80))
+    grid = np.vstack([np.hstack([face] * 10)] * 10)  # 100 faces, 600x800
+    src = tmp_path / "crowd.png"
+    cv2.imwrite(str(src), grid)
+    proc = run_cli("run", str(src), "--no-progress")
+    assert proc.returncode == 0, _err_line(proc)
+    n = int(proc.stderr.decode().split(" faces")[0].split()[-1])
+    assert n >= 90
+    out = cv2.imread(str(tmp_path / "crowd_anonymized.png"))
+    assert out.shape == grid.shape and not np.array_equal(out, grid)
+
+
+def test_folder_of_images_and_videos(tmp_path: Path, media: Path) -> None:
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "a.jpg").write_bytes((media / "two_people.jpg").read_bytes())
+    make_video(folder / "b.mp4", face_frames(media, 3))
+    proc = run_cli("run", str(folder), "--no-progress")
+    assert proc.returncode == 0, _err_line(proc)
+    out = tmp_path / "in_anonymized"
+    assert sorted(p.name for p in out.iterdir()) == ["a.jpg", "b.mp4"]
+
+
+def test_stdin_stream(tmp_path: Path, media: Path) -> None:
+    src = make_video(tmp_path / "in.mkv", face_frames(media, 6))
+    out = tmp_path / "out.mkv"
+    proc = run_cli("run", "-", "-o", str(out), "--no-progress", input=src.read_bytes())
+    assert proc.returncode == 0, _err_line(proc)
+    assert len(decode(out)) == 6
+    proc = run_cli("run", "-", "--no-progress", input=b"")
+    assert proc.returncode == 1 and "-o" in _err_line(proc)
+
+
+def _long_input(tmp_path: Path, media: Path) -> Path:
+    frames = face_frames(media, 30)
+    return make_video(tmp_path / "long.mp4", frames * 20, fps=30)  # 600 frames
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
+def test_interrupt_leaves_playable_partial(tmp_path: Path, media: Path, sig: int) -> None:
+    src = _long_input(tmp_path, media)
+    out = tmp_path / "out.mp4"
+    proc = subprocess.Popen([sys.executable, "-m", "streamdeid.cli", "run", str(src), "-o", str(out),
+                             "--no-progress"], stderr=subprocess.PIPE)
+    partial = tmp_path / "out.partial.mp4"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (not partial.exists() or partial.stat().st_size < 50_000):
+        time.sleep(0.05)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert "Traceback" not in err.decode()
+    assert not out.exists()  # the final name only ever holds a complete output
+    frames = decode(partial)
+    assert 0 < len(frames) < 600

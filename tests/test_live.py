@@ -1,0 +1,547 @@
+"""Live streams: reconnects, latency-bounded dropping, segments, stdin/stdout, RTSP.
+
+Unit tests need nothing; the RTSP tests start Debian's ``rtsp-server-perl``
+(install with ``.ci/setup-rtsp.sh``) on free 127.0.0.1 ports and publish
+``../shared/media/short_hamilton_clip.mp4`` to it in a loop with PyAV (RTP over
+UDP: the only transport that server has). Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+
+from streamdeid.config import PipelineConfig
+from streamdeid.live import LiveConfig, LiveSource, LiveSourceLost, live_lookahead_frames, run_live, segment_path
+from streamdeid.live.fresh import END, FreshQueue
+from streamdeid.live.publish import publish_loop, read_stamp, stamp_time
+from streamdeid.live.runner import default_renderer
+from streamdeid.live.source import Discontinuity, _Timeline
+from streamdeid.types import Frame, StreamdeidError
+from streamdeid.video.reader import open_source
+
+MEDIA = Path(__file__).resolve().parents[1].parent / "shared" / "media"
+CLIP = MEDIA / "short_hamilton_clip.mp4"
+SERVER = shutil.which("rtsp-server-perl")
+
+needs_media = pytest.mark.skipif(not CLIP.exists(), reason=f"shared media not found: {CLIP}")
+needs_server = pytest.mark.skipif(
+    SERVER is None, reason="rtsp-server-perl not installed (run .ci/setup-rtsp.sh as root)")
+
+
+# ---------------------------------------------------------------- unit tests
+def test_config_validation_and_backoff() -> None:
+    live = LiveConfig(backoff_initial=0.5, backoff_max=4, backoff_factor=2)
+    assert [live.backoff(a) for a in range(1, 6)] == [0.5, 1.0, 2.0, 4.0, 4.0]
+    for bad in ({"transport": "http"}, {"max_latency": 0}, {"segment_time": -1},
+                {"backoff_initial": 2, "backoff_max": 1}, {"stream_container": "avi"}):
+        with pytest.raises(StreamdeidError):
+            LiveConfig(**bad)
+
+
+def test_segment_names() -> None:
+    assert segment_path("rec/out.mp4", 3) == Path("rec/out_00003.mp4")
+    assert segment_path("cam_%03d.mkv", 12) == Path("cam_012.mkv")
+    with pytest.raises(StreamdeidError):
+        segment_path("bad_%s_%d.mp4", 1)
+
+
+def test_lookahead_shrinks_to_latency_bound() -> None:
+    config = PipelineConfig(lookahead_seconds=0.5)
+    assert live_lookahead_frames(config, LiveConfig(max_latency=1.0), 30.0) == 7  # 0.25 s of 1 s
+    assert live_lookahead_frames(config, LiveConfig(max_latency=10.0), 30.0) == 15  # file-mode cap
+    assert live_lookahead_frames(config, LiveConfig(max_latency=0.1), 30.0) == 0
+
+
+def test_timeline_monotonic_across_reconnects_and_jumps() -> None:
+    tl = _Timeline(Fraction(1, 90000), 3000)
+    out = [tl.map(p, Fraction(1, 90000)) for p in (1000, 4000, 7000)]
+    tl.new_connection()  # the new connection restarts its clock near 0
+    out += [tl.map(p, Fraction(1, 90000)) for p in (0, 3000)]
+    out.append(tl.map(100, Fraction(1, 1000)))  # another time base, backwards
+    out.append(tl.map(None, None))  # no pts at all
+    out.append(tl.map(10**9, Fraction(1, 90000)))  # hours ahead: re-aligned
+    assert out[:3] == [1000, 4000, 7000] and out[3] == 10000 and out[4] == 13000  # first kept as is
+    assert all(b > a for a, b in zip(out, out[1:]))
+    assert out[-1] - out[-2] == 3000
+
+
+def _frame(i: int) -> Frame:
+    return Frame(i, np.zeros((4, 4, 3), np.uint8), i, Fraction(1, 30))
+
+
+def test_fresh_queue_drops_stale_and_overflow_never_blocks() -> None:
+    now = [0.0]
+    q = FreshQueue(capacity=4, clock=lambda: now[0])
+    for i in range(6):  # 2 over capacity: the oldest go
+        q.put(_frame(i))
+        now[0] += 0.1
+    assert q.dropped_overflow == 2
+    now[0] = 0.75  # frames 2..5 arrived at 0.2..0.5: ages 0.55..0.25
+    got = q.take(0.0, max_age=0.4)
+    assert got.item.index == 4 and q.dropped_stale == 2  # frames 2, 3 too old
+    q.put("audio")  # non-frames are never dropped for age
+    now[0] = 50.0
+    assert q.take(0.0, max_age=0.4).item == "audio" or q.dropped_stale == 3
+    q.close()
+    for _ in range(3):
+        got = q.take(0.0, max_age=0.4)
+        if got is END:
+            break
+    assert got is END and q.dropped == 5
+
+
+class _FileOpener:
+    """Opens a file as if it were a camera; fails ``fail`` times after the first connection."""
+
+    def __init__(self, path: Path, fail: int) -> None:
+        self.path, self.fail, self.calls = path, fail, 0
+
+    def __call__(self, url, format=None, options=None, timeout=None):
+        self.calls += 1
+        if 1 < self.calls <= 1 + self.fail:
+            raise StreamdeidError("connection refused")
+        return open_source(str(self.path))
+
+
+def _small_video(path: Path, frames: int = 10, start_pts: int = 5000) -> Path:
+    with av.open(str(path), "w") as out:
+        s = out.add_stream("libx264", rate=25, options={"preset": "ultrafast"})
+        s.width, s.height, s.pix_fmt = 64, 48, "yuv420p"
+        s.time_base = Fraction(1, 12800)
+        for i in range(frames):
+            vf = av.VideoFrame.from_ndarray(np.full((48, 64, 3), i * 10, np.uint8), format="bgr24")
+            vf.pts = start_pts + i * 512
+            out.mux(s.encode(vf))
+        out.mux(s.encode(None))
+    return path
+
+
+def test_live_source_reconnects_with_backoff_then_gives_up(tmp_path: Path) -> None:
+    clip = _small_video(tmp_path / "cam.mp4")
+    live = LiveConfig(backoff_initial=0.01, backoff_max=0.02, max_retries=3)
+    src = LiveSource("rtsp://127.0.0.1:9/cam", live, opener=_FileOpener(clip, fail=2))
+    items, frames = [], []
+    with pytest.raises(LiveSourceLost) as err:
+        for item in src:  # 10 frames, 2 failures + reconnect, 10 frames, then 3 failures: lost
+            items.append(item)
+            if isinstance(item, Frame):
+                frames.append(item)
+            if isinstance(item, Discontinuity):
+                src._opener.fail += 3 + src._opener.calls  # every later attempt fails
+            assert len(items) < 100
+    assert "gave up after 3" in str(err.value) and err.value.exit_code == 3
+    assert len(frames) == 20 and [f.index for f in frames] == list(range(20))
+    pts = [f.pts for f in frames]
+    assert all(b > a for a, b in zip(pts, pts[1:]))
+    assert pts[10] - pts[9] == pts[1] - pts[0]  # gap closed to one frame duration
+    assert sum(isinstance(i, Discontinuity) for i in items) == 1
+    assert src.counters.reconnects == 1 and src.counters.outages[0].attempts == 3
+    assert src.counters.outages[1].ended is None
+
+
+def test_stamp_roundtrip() -> None:
+    image = np.full((64, 320, 3), 90, np.uint8)
+    stamp_time(image, 0xDEADBEEF)
+    assert read_stamp(image) == 0xDEADBEEF
+
+
+@needs_media
+def test_stdin_to_stdout_mpegts(tmp_path: Path) -> None:
+    """``-`` in, ``-o -`` out: the pipe path of a live run, in a subprocess."""
+    ts = tmp_path / "in.ts"
+    with av.open(str(CLIP)) as inp, av.open(str(ts), "w", format="mpegts") as out:
+        vin = inp.streams.video[0]
+        vout = out.add_stream_from_template(vin)
+        for n, packet in enumerate(inp.demux(vin)):
+            if packet.dts is None or n > 90:
+                continue
+            packet.stream = vout
+            out.mux(packet)
+    code = ("import sys; from streamdeid.live import run_live, LiveConfig; from streamdeid.config import "
+            "PipelineConfig; s = run_live('-', '-', PipelineConfig(progress=False), LiveConfig(stats_json='-', "
+            "stats_interval=1, max_latency=30)); print(s.line(), file=sys.stderr)")
+    with ts.open("rb") as stdin:
+        proc = subprocess.run([sys.executable, "-c", code], stdin=stdin, capture_output=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    out = tmp_path / "out.ts"
+    out.write_bytes(proc.stdout)
+    with av.open(str(out)) as c:
+        pts = [f.pts for f in c.decode(video=0)]
+    assert len(pts) >= 80 and all(b > a for a, b in zip(pts, pts[1:]))
+    assert b'"dropped"' in proc.stderr  # JSON stats went to stderr, not into the video
+
+
+# ------------------------------------------------------------ RTSP fixtures
+def _free_tcp_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _free_udp_base(count: int = 40) -> int:
+    for _ in range(50):
+        base = random.randrange(30000, 60000, 2)
+        try:
+            socks = []
+            for p in range(base, base + count):
+                s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                socks.append(s)
+                s.bind(("127.0.0.1", p))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError("no free UDP port range")
+
+
+class RtspServer:
+    """rtsp-server-perl on loopback: publishers on ``source_port``, viewers on ``client_port``."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.client_port, self.source_port = _free_tcp_port(), _free_tcp_port()
+        self.rtp_base = _free_udp_base()
+        self.log_dir = log_dir
+        self.proc: subprocess.Popen | None = None
+        self.starts = 0
+
+    def url(self, path: str = "cam") -> str:
+        return f"rtsp://127.0.0.1:{self.client_port}/{path}"
+
+    def publish_url(self, path: str = "cam") -> str:
+        return f"rtsp://127.0.0.1:{self.source_port}/{path}"
+
+    def start(self) -> None:
+        self.starts += 1
+        log = (self.log_dir / f"rtsp-server-{self.starts}.log").open("w")
+        self.proc = subprocess.Popen(
+            [SERVER, "-c", str(self.client_port), "-s", str(self.source_port),
+             "--client_listen_address", "127.0.0.1", "--source_listen_address", "127.0.0.1",
+             "--rtp_start_port", str(self.rtp_base + 20 * (self.starts % 2)), "-l", "1"],
+            stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.source_port), timeout=0.5).close()
+                return
+            except OSError:
+                if self.proc.poll() is not None:
+                    break
+                time.sleep(0.05)
+        raise RuntimeError(f"rtsp-server-perl did not start: see {log.name}")
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        self.proc = None
+
+
+class Publisher:
+    """A looping camera stand-in on a thread (bounded by ``seconds``)."""
+
+    def __init__(self, url: str, seconds: float, stamp: bool = False) -> None:
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=publish_loop, args=(str(CLIP), url, seconds, self.stop),
+                                       kwargs={"transport": "udp", "stamp": stamp}, daemon=True)
+        self.thread.start()
+
+    def end(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=15)
+
+
+@pytest.fixture
+def rtsp_server(tmp_path: Path):
+    server = RtspServer(tmp_path)
+    server.start()
+    yield server
+    server.kill()
+
+
+def _wait_for_stream(url: str, seconds: float = 15) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            with open_source(url, options={"rtsp_transport": "udp"}, timeout=(3, 3)):
+                return
+        except StreamdeidError:
+            time.sleep(0.3)
+    raise RuntimeError(f"{url} never came up")
+
+
+def _live(**kw) -> LiveConfig:
+    base = dict(transport="udp", connect_timeout=4, read_timeout=2, backoff_initial=0.25, backoff_max=1.0,
+                stats_interval=2)
+    base.update(kw)
+    return LiveConfig(**base)
+
+
+def _config() -> PipelineConfig:
+    return PipelineConfig(progress=False)
+
+
+class _KeepOriginals:
+    """A renderer wrapper that keeps every ``every``-th frame's pixels before anonymization."""
+
+    def __init__(self, renderer, every: int = 15) -> None:
+        self.inner, self.every = renderer, every
+        self.originals: dict[int, np.ndarray] = {}
+        self.emitted: list[int] = []
+
+    @property
+    def fallbacks(self) -> int:
+        return self.inner.fallbacks
+
+    def render(self, result):
+        if result.frame.index % self.every == 0:
+            self.originals[result.frame.index] = result.frame.image.copy()
+        self.emitted.append(result.frame.index)
+        return self.inner.render(result)
+
+
+def _decode_segments(paths: list[Path]) -> list[tuple[list[int], list[np.ndarray | None], list[int]]]:
+    decoded = []
+    for p in paths:
+        with av.open(str(p)) as c:
+            pts, images = [], []
+            for f in c.decode(video=0):
+                pts.append(f.pts)
+                images.append(f)
+        decoded.append((pts, images))
+    return decoded
+
+
+def _leaks(originals: dict[int, np.ndarray], outputs: dict[int, np.ndarray]) -> tuple[int, int]:
+    """(faces checked, faces still exposed) in the spirit of streamdeid.identity.leakcheck:
+    faces SFace can judge (>= 24 px) leak when SFace matches the output and the
+    match beats the face-blanked reference by 0.15; smaller faces leak when less
+    than half of the central face box changed."""
+    from streamdeid.config import DetectConfig
+    from streamdeid.detect import create_detector
+    from streamdeid.identity.leakcheck import blank_face
+    from streamdeid.identity.sface import SFACE_MATCH_THRESHOLD, SFace, align_for_sface, cosine
+
+    detector = create_detector(DetectConfig(input_size=0, score_threshold=0.6))
+    sface = SFace()
+    checked = leaked = 0
+    for index, src in originals.items():
+        out = outputs[index]
+        dets = detector.detect(src)
+        for lm, box in zip(dets.landmarks, dets.boxes):
+            checked += 1
+            x1, y1, x2, y2 = box
+            if y2 - y1 < 24:
+                cx, cy, hw, hh = (x1 + x2) / 2, (y1 + y2) / 2, (x2 - x1) / 4, (y2 - y1) / 4
+                sl = np.s_[max(0, int(cy - hh)):int(cy + hh) + 1, max(0, int(cx - hw)):int(cx + hw) + 1]
+                diff = np.abs(src[sl].astype(int) - out[sl].astype(int)).max(axis=2)
+                leaked += float((diff > 2).mean()) < 0.5
+                continue
+            a = align_for_sface(src, lm)[None]
+            ea = sface.embed(a)
+            sim = float(np.atleast_1d(cosine(ea, sface.embed(align_for_sface(out, lm)[None])))[0])
+            ref = float(np.atleast_1d(cosine(ea, sface.embed(blank_face(a[0])[None])))[0])
+            leaked += sim >= SFACE_MATCH_THRESHOLD and sim - ref >= 0.15
+    return checked, leaked
+
+
+# ------------------------------------------------------------------ RTSP tests
+@needs_server
+@needs_media
+def test_rtsp_segments_playable_monotonic_faces_covered(rtsp_server: RtspServer, tmp_path: Path) -> None:
+    pub = Publisher(rtsp_server.publish_url(), seconds=25)
+    try:
+        _wait_for_stream(rtsp_server.url())
+        keep = _KeepOriginals(default_renderer(_config()))
+        opened, closed = [], []
+        summary = run_live(rtsp_server.url(), str(tmp_path / "rec.mp4"), _config(),
+                           _live(segment_time=3.0, stop_after=8.0, stats_json=str(tmp_path / "stats.jsonl")),
+                           renderer=keep, on_segment_open=opened.append, on_segment_close=closed.append)
+    finally:
+        pub.end()
+    assert summary.stop_reason == "stop_after" and summary.exit_code == 0
+    assert summary.frames >= 150, summary.line()  # ~8 s at 30 fps, minus the start
+    assert len(summary.segments) >= 2 and summary.segments == closed == opened
+    assert all(p.exists() and not p.with_name(p.stem + ".partial.mp4").exists() for p in summary.segments)
+    decoded = _decode_segments(summary.segments)
+    total = 0
+    for pts, _ in decoded:
+        assert pts and pts[0] == 0 and all(b > a for a, b in zip(pts, pts[1:]))  # each segment from 0
+        total += len(pts)
+    assert total == summary.frames
+    assert all(len(p) / 30 < 3.0 + 0.5 for p, _ in decoded[:-1])  # rotation at ~3 s
+    # Faces covered in the written files: k-th decoded frame is the k-th emitted one.
+    flat = [f for _, frames in decoded for f in frames]
+    outputs = {keep.emitted[k]: flat[k].to_ndarray(format="bgr24") for k in range(len(flat))
+               if keep.emitted[k] in keep.originals}
+    checked, leaked = _leaks({i: keep.originals[i] for i in outputs}, outputs)
+    assert checked >= 10 and leaked == 0, (checked, leaked)
+    stats = (tmp_path / "stats.jsonl").read_text().splitlines()
+    assert len(stats) >= 3 and '"input_fps"' in stats[-1]
+
+
+@needs_server
+@needs_media
+def test_rtsp_server_restart_reconnects(rtsp_server: RtspServer, tmp_path: Path) -> None:
+    pub = Publisher(rtsp_server.publish_url(), seconds=30)
+    times: list[tuple[float, int]] = []
+    events: dict[str, float] = {}
+
+    def outage() -> None:  # the camera side goes down for ~2 s, then comes back
+        time.sleep(5.0)
+        events["kill"] = time.monotonic()
+        pub.end()
+        rtsp_server.kill()
+        time.sleep(2.0)
+        rtsp_server.start()
+        events["restart"] = time.monotonic()
+        events["pub"] = Publisher(rtsp_server.publish_url(), seconds=20)
+
+    try:
+        _wait_for_stream(rtsp_server.url())
+        chaos = threading.Thread(target=outage, daemon=True)
+        chaos.start()
+        summary = run_live(rtsp_server.url(), str(tmp_path / "rec.mkv"), _config(),
+                           _live(stop_after=16.0, max_retries=20),
+                           observers=[lambda r, _p: times.append((time.monotonic(), r.frame.index))])
+        chaos.join(timeout=20)
+    finally:
+        pub.end()
+        if "pub" in events:
+            events["pub"].end()
+    assert summary.reconnects >= 1, summary.line()
+    first = summary.outages[0]
+    assert first.ended is not None and first.attempts >= 1
+    after = [i for t, i in times if t > events["restart"]]
+    assert len(after) >= 60, f"only {len(after)} frames after the restart"  # >= 2 s of video processed
+    assert after[0] > first.frame_before
+    indices = [i for _, i in times]
+    assert indices == sorted(indices) and len(set(indices)) == len(indices)
+    with av.open(str(summary.segments[0])) as c:
+        pts = [f.pts for f in c.decode(video=0)]
+    assert len(pts) == summary.frames and all(b > a for a, b in zip(pts, pts[1:]))
+    print(f"reconnect: outage {first.seconds:.2f} s, {first.attempts} attempts; {summary.line()}")
+
+
+@needs_server
+@needs_media
+def test_rtsp_slow_processing_drops_whole_frames_within_latency(rtsp_server: RtspServer, tmp_path: Path) -> None:
+    pub = Publisher(rtsp_server.publish_url(), seconds=20)
+    try:
+        _wait_for_stream(rtsp_server.url())
+        slow = lambda _r, _p: time.sleep(0.06)  # noqa: E731  ~15 fps of processing for a 30 fps camera
+        summary = run_live(rtsp_server.url(), str(tmp_path / "rec.mp4"), _config(),
+                           _live(stop_after=8.0, max_latency=0.5), observers=[slow])
+    finally:
+        pub.end()
+    assert summary.dropped > 30, summary.line()
+    assert summary.frames + summary.dropped <= summary.frames_in
+    assert summary.latency_p95 <= 0.5 + 0.15, summary.line()
+    with av.open(str(summary.segments[0])) as c:
+        assert sum(1 for _ in c.decode(video=0)) == summary.frames
+
+
+@needs_server
+@needs_media
+def test_rtsp_push_output(rtsp_server: RtspServer, tmp_path: Path) -> None:
+    pub = Publisher(rtsp_server.publish_url(), seconds=25)
+    got: list[int] = []
+    try:
+        _wait_for_stream(rtsp_server.url())
+        stop = threading.Event()
+
+        def push() -> None:
+            run_live(rtsp_server.url(), rtsp_server.publish_url("anon"), _config(),
+                     _live(stop_after=12.0), stop=stop)
+
+        pusher = threading.Thread(target=push, daemon=True)
+        pusher.start()
+        _wait_for_stream(rtsp_server.url("anon"))
+        with open_source(rtsp_server.url("anon"), options={"rtsp_transport": "udp"}, timeout=(3, 3)) as src:
+            deadline = time.monotonic() + 4
+            for frame in src.frames():
+                got.append(frame.index)
+                if time.monotonic() > deadline:
+                    break
+        stop.set()
+        pusher.join(timeout=20)
+    finally:
+        pub.end()
+    assert len(got) >= 60 and src.width == 640 and src.height == 360
+
+
+@needs_server
+@needs_media
+def test_soak_memory_flat_and_drops_reported(rtsp_server: RtspServer, tmp_path: Path) -> None:
+    """30 s of looping input in 3 s segments: RSS after warm-up must not keep growing."""
+    pub = Publisher(rtsp_server.publish_url(), seconds=45)
+    rss: list[tuple[float, int]] = []
+    last = [0.0]
+
+    def sample(_r, _p) -> None:
+        now = time.monotonic()
+        if now - last[0] >= 1.0:
+            last[0] = now
+            rss.append((now, _rss_kb()))
+
+    try:
+        _wait_for_stream(rtsp_server.url())
+        summary = run_live(rtsp_server.url(), str(tmp_path / "soak.mp4"), _config(),
+                           _live(segment_time=3.0, stop_after=30.0, stats_interval=5), observers=[sample])
+    finally:
+        pub.end()
+    assert summary.frames > 600 and summary.dropped >= 0
+    warm = [kb for t, kb in rss if t - rss[0][0] >= 8]
+    growth_mb = (max(warm[len(warm) // 2:]) - min(warm[: len(warm) // 2])) / 1024
+    print(f"soak: {summary.line()}; RSS {warm[0] / 1024:.0f} -> {warm[-1] / 1024:.0f} MB")
+    assert growth_mb < 40, f"RSS grew {growth_mb:.0f} MB over the soak"
+    assert len(summary.segments) >= 9
+
+
+def _rss_kb() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+@needs_server
+@needs_media
+def test_sigterm_finishes_segment_and_exits_zero(rtsp_server: RtspServer, tmp_path: Path) -> None:
+    pub = Publisher(rtsp_server.publish_url(), seconds=25)
+    out = tmp_path / "sig.mp4"
+    code = ("import sys; from streamdeid.live import run_live, LiveConfig; from streamdeid.config import "
+            f"PipelineConfig; s = run_live({rtsp_server.url()!r}, {str(out)!r}, PipelineConfig(progress=False), "
+            "LiveConfig(transport='udp', stop_after=60, stats_interval=0)); print(s.stop_reason, s.frames); "
+            "sys.exit(s.exit_code)")
+    try:
+        _wait_for_stream(rtsp_server.url())
+        proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 30
+        while not out.with_name("sig.partial.mp4").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(2.0)
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=30)
+    finally:
+        pub.end()
+    assert proc.returncode == 0, stderr.decode()[-2000:]
+    assert stdout.split()[0] == b"signal" and int(stdout.split()[1]) > 20
+    assert out.exists() and not out.with_name("sig.partial.mp4").exists()
+    with av.open(str(out)) as c:
+        assert sum(1 for _ in c.decode(video=0)) == int(stdout.split()[1])

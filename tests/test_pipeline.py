@@ -1,0 +1,120 @@
+"""Pipeline pieces on synthetic data: look-ahead, scene cuts, rendering, fail-closed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from streamdeid.anonymize.classic import BlurAnonymizer, SolidAnonymizer
+from streamdeid.config import PipelineConfig
+from streamdeid.lookahead import LookaheadBuffer
+from streamdeid.render import FrameRenderer
+from streamdeid.scenecut import SceneCutDetector
+from streamdeid.types import Frame, FrameResult, TrackedFace
+
+LM = np.array([[140, 110], [180, 110], [160, 135], [145, 160], [175, 160]], np.float32)  # a 40 px face
+BOX = np.array([120, 80, 200, 180], np.float32)
+
+
+def _result(i: int, faces: list[TrackedFace] | None = None, cut: bool = False, image=None) -> FrameResult:
+    img = image if image is not None else np.full((240, 320, 3), 100, np.uint8)
+    return FrameResult(Frame(i, img, i, None), faces or [], scene_cut=cut)
+
+
+def _face(tid: int, dx: float = 0.0) -> TrackedFace:
+    return TrackedFace(tid, BOX + [dx, 0, dx, 0], LM + [dx, 0], 0.9)
+
+
+def test_lookahead_backfills_frames_before_first_detection() -> None:
+    buf = LookaheadBuffer(3)
+    out = []
+    for i in range(5):
+        out += list(buf.push(_result(i, [_face(7)] if i == 4 else [])))
+    out += list(buf.drain())
+    assert [r.frame.index for r in out] == [0, 1, 2, 3, 4]
+    states = [[f.state for f in r.faces] for r in out]
+    # Frame 0 had left the 3-frame buffer before the face was first seen.
+    assert states == [[], ["backfilled"], ["backfilled"], ["backfilled"], ["detected"]]
+
+
+def test_lookahead_stops_at_scene_cut() -> None:
+    buf = LookaheadBuffer(5)
+    out = []
+    for i in range(5):
+        out += list(buf.push(_result(i, [_face(1)] if i == 4 else [], cut=(i == 2))))
+    out += list(buf.drain())
+    covered = [i for i, r in enumerate(out) if r.faces]
+    assert covered == [2, 3, 4]  # frames of the previous shot stay untouched
+
+
+def test_lookahead_zero_capacity_passes_through() -> None:
+    buf = LookaheadBuffer(0)
+    assert [r.frame.index for r in buf.push(_result(0, [_face(1)]))] == [0]
+
+
+def test_scene_cut_detector() -> None:
+    det = SceneCutDetector()
+    grey = np.full((90, 160, 3), 80, np.uint8)
+    assert det(grey) is False
+    assert det(grey + 2) is False
+    assert det(np.full_like(grey, 220)) is True
+
+
+def _renderer(anonymizer, cfg: PipelineConfig | None = None) -> FrameRenderer:
+    cfg = cfg or PipelineConfig()
+    return FrameRenderer(anonymizer, align=cfg.align, blend=cfg.blend, anonymize=cfg.anonymize)
+
+
+def test_render_changes_face_region_only() -> None:
+    rng = np.random.default_rng(0)
+    img = rng.integers(0, 255, (240, 320, 3), dtype=np.uint8)
+    before = img.copy()
+    pasted = _renderer(BlurAnonymizer()).render(_result(0, [_face(1)], image=img))
+    assert len(pasted) == 1 and pasted[0].method == "blur"
+    changed = (img != before).any(-1)
+    x, y, w, h = pasted[0].roi
+    outside = changed.copy()
+    outside[y:y + h, x:x + w] = False
+    assert not outside.any()  # nothing outside the paste rectangle moved
+    # Between the eyes and the mouth every pixel changed (noise blurred away).
+    assert changed[110:160, 145:175].mean() > 0.95
+    # The record holds the original pixels of exactly what changed.
+    own = pasted[0].owned
+    assert np.array_equal(pasted[0].original[own], before[y:y + h, x:x + w][own])
+    assert own[changed[y:y + h, x:x + w]].all()
+
+
+class _Broken:
+    name = "broken"
+
+    def __call__(self, crops, contexts):
+        raise RuntimeError("generator exploded")
+
+
+def test_render_fails_closed_with_solid_fill(caplog: pytest.LogCaptureFixture) -> None:
+    img = np.random.default_rng(1).integers(0, 255, (240, 320, 3), dtype=np.uint8)
+    renderer = _renderer(_Broken())
+    pasted = renderer.render(_result(0, [_face(1), _face(2, dx=100)], image=img))
+    assert [p.method for p in pasted] == ["solid-fallback"] * 2
+    assert renderer.fallbacks == 2
+    assert "generator exploded" in caplog.text
+    grey = PipelineConfig().anonymize.solid_color
+    assert np.array_equal(img[135, 160], grey)  # the nose is now the solid colour
+
+
+def test_render_overlapping_faces_own_disjoint_pixels() -> None:
+    img = np.random.default_rng(2).integers(0, 255, (240, 320, 3), dtype=np.uint8)
+    before = img.copy()
+    pasted = _renderer(SolidAnonymizer()).render(_result(0, [_face(1), _face(2, dx=25)], image=img))
+    canvas = np.zeros(img.shape[:2], int)
+    for p in pasted:
+        x, y, w, h = p.roi
+        canvas[y:y + h, x:x + w] += p.owned
+    assert canvas.max() == 1  # no pixel owned twice
+    changed = (img != before).any(-1)
+    assert (canvas[changed] == 1).all()  # every changed pixel owned by one face
+
+
+def test_render_face_outside_frame_is_skipped() -> None:
+    face = TrackedFace(1, BOX + [1000, 0, 1000, 0], LM + [1000, 0], 0.9)
+    assert _renderer(BlurAnonymizer()).render(_result(0, [face])) == []

@@ -1,0 +1,509 @@
+"""End-to-end tests of keys, the recovery vault and `streamdeid recover` (issue 3).
+
+Every test drives the real CLI in a subprocess (exit codes, stderr) on a
+short shared clip; the anonymization runs are module-scoped and reused.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import shutil
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from streamdeid.api import recover as api_recover
+from streamdeid.config import PipelineConfig
+from streamdeid.keys import load_key
+from streamdeid.types import StreamdeidError
+from streamdeid.vault import VaultReader
+
+pytestmark = pytest.mark.slow
+
+MEDIA = Path(__file__).resolve().parents[2] / "shared" / "media"
+CLIP = MEDIA / "head-pose-face-detection-female-and-male.mp4"  # 480x270, 56 frames, 2 people
+
+if not CLIP.is_file():
+    pytest.skip(f"shared clip {CLIP} not found (the shared media folder sits next to the repo)",
+                allow_module_level=True)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def cli(*args, check_ok: bool | None = None) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "streamdeid.cli", *map(str, args)],
+                          capture_output=True, text=True, timeout=300)
+    if check_ok:
+        assert proc.returncode == 0, f"streamdeid {' '.join(map(str, args))} failed:\n{proc.stderr}"
+    return proc
+
+
+def decode(path: Path) -> list[np.ndarray]:
+    with av.open(str(path)) as c:
+        return [f.to_ndarray(format="bgr24") for f in c.decode(video=0)]
+
+
+def fps_of(path: Path) -> float:
+    with av.open(str(path)) as c:
+        return float(c.streams.video[0].average_rate)
+
+
+def owned_masks(vault: Path, key_file: Path, shape: tuple[int, int]) -> dict[int, dict[int, np.ndarray]]:
+    """frame index -> track id -> full-frame bool mask of the pixels that track's record owns."""
+    h, w = shape
+    out: dict[int, dict[int, np.ndarray]] = {}
+    reader = VaultReader(vault)
+    for rec in reader.records(load_key(key_file)):
+        x, y = int(rec.mask_params[0]), int(rec.mask_params[1])
+        ch, cw = rec.crop.shape[:2]
+        m = np.zeros((h, w), bool)
+        m[y:y + ch, x:x + cw] = rec.crop[..., 3] > 0
+        frame = out.setdefault(rec.frame_index, {})
+        frame[rec.track_id] = frame.get(rec.track_id, np.zeros((h, w), bool)) | m
+    assert reader.damage is None
+    return out
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> str:
+    assert proc.returncode == 1, f"expected exit 1, got {proc.returncode}\nstderr:\n{proc.stderr}"
+    assert "Traceback" not in proc.stderr, proc.stderr
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("streamdeid: error: ")]
+    assert len(errors) == 1, proc.stderr
+    msg = errors[0]
+    for n in needles:
+        assert n.lower() in msg.lower(), f"{n!r} not in {msg!r}"
+    return msg
+
+
+def psnr(a: np.ndarray, b: np.ndarray) -> float:
+    mse = np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2)
+    return math.inf if mse == 0 else 10 * math.log10(255.0 ** 2 / mse)
+
+
+# --------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def source_frames() -> list[np.ndarray]:
+    frames = decode(CLIP)
+    assert len(frames) == 56
+    return frames
+
+
+@pytest.fixture(scope="module")
+def lossless(tmp_path_factory):
+    """One ffv1 run with a master key: output, vault, key, inspect info, per-frame ownership masks."""
+    d = tmp_path_factory.mktemp("lossless")
+    key = d / "k.bin"
+    cli("keygen", key, check_ok=True)
+    out = d / "anon.mkv"
+    cli("run", CLIP, "-o", out, "--key-file", key, "--codec", "ffv1", "--no-progress", check_ok=True)
+    vault = d / "anon.mkv.sdv"
+    assert out.is_file() and vault.is_file()
+    info = json.loads(cli("inspect", vault, check_ok=True).stdout)
+    anon = decode(out)
+    masks = owned_masks(vault, key, anon[0].shape[:2])
+    return {"dir": d, "key": key, "out": out, "vault": vault, "info": info, "anon": anon, "masks": masks}
+
+
+@pytest.fixture(scope="module")
+def lossy_run(lossless, tmp_path_factory):
+    """A second run of the same clip, default (lossy) codec, same master key: a different video id."""
+    d = tmp_path_factory.mktemp("lossy")
+    out = d / "anon.mp4"
+    cli("run", CLIP, "-o", out, "--key-file", lossless["key"], "--no-progress", check_ok=True)
+    vault = Path(str(out) + ".sdv")
+    assert vault.is_file()
+    return {"dir": d, "out": out, "vault": vault}
+
+
+@pytest.fixture(scope="module")
+def recovered_lossless(lossless):
+    rec = lossless["dir"] / "recovered.mkv"
+    t0 = time.perf_counter()
+    proc = cli("recover", lossless["out"], "-o", rec, "--key-file", lossless["key"], "--codec", "ffv1",
+               "--no-progress", check_ok=True)
+    elapsed = time.perf_counter() - t0
+    return {"path": rec, "proc": proc, "elapsed": elapsed, "frames": decode(rec)}
+
+
+def track_ids(lossless) -> list[int]:
+    ids = lossless["info"]["track_ids"]
+    assert len(ids) >= 2, f"expected two people in {CLIP.name}, vault has tracks {ids}"
+    return ids
+
+
+def master_hex(key: Path) -> str:
+    return load_key(key).key_bytes.hex()
+
+
+# --------------------------------------------------------------------------- keygen
+
+
+def test_keygen_mode_no_overwrite_no_key_printed(tmp_path):
+    key = tmp_path / "k.bin"
+    proc = cli("keygen", key)
+    assert proc.returncode == 0, proc.stderr
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600
+    data = key.read_bytes()
+    secret = load_key(key).key_bytes
+    assert len(secret) == 32 and secret in data
+    for text in (proc.stdout, proc.stderr):
+        assert secret.hex() not in text.lower()
+        assert secret.hex()[:16] not in text.lower()
+
+    again = cli("keygen", key)
+    assert_one_line_error(again)
+    assert key.read_bytes() == data
+    assert secret.hex() not in (again.stdout + again.stderr).lower()
+
+    other = tmp_path / "k2.bin"
+    cli("keygen", other, check_ok=True)
+    assert load_key(other).key_bytes != secret
+
+
+# --------------------------------------------------------------------------- round trips
+
+
+def test_lossless_round_trip_bit_identical(lossless, recovered_lossless, source_frames):
+    rec, anon = recovered_lossless["frames"], lossless["anon"]
+    assert len(rec) == len(anon) == len(source_frames)
+    for i, (src, r) in enumerate(zip(source_frames, rec)):
+        assert r.shape == src.shape
+        diff = int(np.abs(r.astype(np.int16) - src).max())
+        assert diff == 0, f"frame {i}: recovered differs from the source decode (max abs diff {diff})"
+    # The output really was anonymized: every owned face region differs from the source.
+    changed_frames = 0
+    for i, tracks in lossless["masks"].items():
+        for tid, m in tracks.items():
+            assert m.sum() > 100, f"frame {i} track {tid}: tiny face region"
+            assert np.any(anon[i][m] != source_frames[i][m]), f"frame {i} track {tid} was not anonymized"
+        changed_frames += 1
+    assert changed_frames == len(source_frames)
+    # Pixels no record owns are untouched by anonymization in a lossless output.
+    for i, tracks in lossless["masks"].items():
+        anywhere = np.logical_or.reduce(list(tracks.values()))
+        assert np.array_equal(anon[i][~anywhere], source_frames[i][~anywhere])
+
+    n = len(rec)
+    fps = n / recovered_lossless["elapsed"]
+    info = lossless["info"]
+    face_seconds = sum(t["frames"] for t in info["tracks"].values()) / fps_of(CLIP)
+    print(f"\n[recovery] recover (ffv1, CLI incl. startup): {n} frames in {recovered_lossless['elapsed']:.2f}s"
+          f" = {fps:.1f} fps")
+    print(f"[recovery] vault {info['file_size']} bytes, {face_seconds:.2f} face-seconds ->"
+          f" {info['file_size'] / face_seconds / 1024:.0f} KiB per face-second")
+
+
+def test_lossy_round_trip_psnr(lossless, lossy_run, source_frames):
+    d, out, vault = lossy_run["dir"], lossy_run["out"], lossy_run["vault"]
+    rec_path = d / "recovered.mp4"
+    cli("recover", out, "-o", rec_path, "--key-file", lossless["key"], "--no-progress", check_ok=True)
+    rec, anon = decode(rec_path), decode(out)
+    assert len(rec) == len(anon) == len(source_frames)
+    masks = owned_masks(vault, lossless["key"], source_frames[0].shape[:2])
+    a_src, a_rec, a_anon = [], [], []
+    for i, tracks in masks.items():
+        m = np.logical_or.reduce(list(tracks.values()))
+        a_src.append(source_frames[i][m])
+        a_rec.append(rec[i][m])
+        a_anon.append(anon[i][m])
+    src_px, rec_px, anon_px = (np.concatenate(x) for x in (a_src, a_rec, a_anon))
+    p_rec, p_anon = psnr(rec_px, src_px), psnr(anon_px, src_px)
+    print(f"\n[recovery] default codec (libx264 crf 18): recovered face PSNR {p_rec:.2f} dB"
+          f" (anonymized faces {p_anon:.2f} dB) over {len(src_px)} owned pixels")
+    assert p_rec > 35.0
+    assert p_anon < 30.0  # the faces were really replaced
+
+
+# --------------------------------------------------------------------------- selective recovery
+
+
+def _check_selective(frames, lossless, source_frames, restored: int):
+    anon, masks = lossless["anon"], lossless["masks"]
+    assert len(frames) == len(source_frames)
+    n_restored = n_kept = 0
+    for i, tracks in masks.items():
+        mine = tracks.get(restored, np.zeros(anon[i].shape[:2], bool))
+        others = np.logical_or.reduce([m for t, m in tracks.items() if t != restored] or [np.zeros_like(mine)])
+        only_others = others & ~mine
+        assert np.array_equal(frames[i][mine], source_frames[i][mine]), f"frame {i}: track {restored} not exact"
+        assert np.array_equal(frames[i][only_others], anon[i][only_others]), \
+            f"frame {i}: another track was restored"
+        n_restored += int(mine.sum())
+        n_kept += int(only_others.sum())
+        outside = ~(mine | others)
+        assert np.array_equal(frames[i][outside], source_frames[i][outside])
+    assert n_restored > 0 and n_kept > 0
+
+
+def test_selective_recovery_track_flag(lossless, source_frames, tmp_path):
+    tid = track_ids(lossless)[0]
+    rec = tmp_path / "one.mkv"
+    cli("recover", lossless["out"], "-o", rec, "--key-file", lossless["key"], "--track", tid,
+        "--codec", "ffv1", "--no-progress", check_ok=True)
+    _check_selective(decode(rec), lossless, source_frames, tid)
+
+
+def test_selective_recovery_exported_track_key(lossless, source_frames, tmp_path):
+    ids = track_ids(lossless)
+    tid, other = ids[-1], ids[0]
+    tkey = tmp_path / "person.key"
+    proc = cli("export-key", "--key-file", lossless["key"], "--vault", lossless["vault"], "--track", tid,
+               "-o", tkey, check_ok=True)
+    assert master_hex(lossless["key"]) not in (proc.stdout + proc.stderr).lower()
+    assert stat.S_IMODE(tkey.stat().st_mode) == 0o600
+    rec = tmp_path / "person.mkv"
+    cli("recover", lossless["out"], "-o", rec, "--key-file", tkey, "--codec", "ffv1", "--no-progress",
+        check_ok=True)
+    _check_selective(decode(rec), lossless, source_frames, tid)
+
+    # The same key, explicitly for its own track, also works; for another track it must fail.
+    bad = tmp_path / "other.mkv"
+    proc = cli("recover", lossless["out"], "-o", bad, "--key-file", tkey, "--track", other, "--no-progress")
+    assert_one_line_error(proc, str(other))
+    assert not bad.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["person.key", "person.mkv"]
+
+
+# --------------------------------------------------------------------------- wrong keys and damaged vaults
+
+
+def _expect_failure(workdir: Path, anon: Path, key: Path, *extra, needles=()) -> str:
+    out_dir = workdir / "out"
+    out_dir.mkdir()
+    out = out_dir / "rec.mkv"
+    proc = cli("recover", anon, "-o", out, "--key-file", key, "--codec", "ffv1", "--no-progress", *extra)
+    msg = assert_one_line_error(proc, *needles)
+    assert list(out_dir.iterdir()) == [], f"left behind: {list(out_dir.iterdir())}"
+    return msg
+
+
+def test_wrong_master_key(lossless, tmp_path):
+    k2 = tmp_path / "other.bin"
+    cli("keygen", k2, check_ok=True)
+    msg = _expect_failure(tmp_path, lossless["out"], k2, needles=("key",))
+    for k in (k2, lossless["key"]):
+        assert master_hex(k) not in msg.lower()
+
+
+def test_track_key_of_another_video(lossless, lossy_run, tmp_path):
+    tid = track_ids(lossless)[0]
+    tkey = tmp_path / "foreign.key"
+    cli("export-key", "--key-file", lossless["key"], "--vault", lossy_run["vault"], "--track", tid, "-o", tkey,
+        check_ok=True)
+    _expect_failure(tmp_path, lossless["out"], tkey, needles=("key",))
+
+
+def test_track_key_for_missing_track(lossless, tmp_path):
+    # export-key refuses a track the vault does not hold
+    tkey = tmp_path / "none.key"
+    proc = cli("export-key", "--key-file", lossless["key"], "--vault", lossless["vault"], "--track", 999,
+               "-o", tkey)
+    assert_one_line_error(proc, "999")
+    assert not tkey.exists()
+
+
+@pytest.mark.parametrize("which", ["mkv-with-mp4-vault", "mp4-with-mkv-vault"])
+def test_vault_of_another_run(lossless, lossy_run, tmp_path, which):
+    if which == "mkv-with-mp4-vault":
+        anon, vault = lossless["out"], lossy_run["vault"]
+    else:
+        anon, vault = lossy_run["out"], lossless["vault"]
+    _expect_failure(tmp_path, anon, lossless["key"], "--vault", vault, needles=("another video",))
+
+
+def test_tampered_vault(lossless, tmp_path):
+    data = bytearray(lossless["vault"].read_bytes())
+    data[len(data) // 2] ^= 0x01
+    bad = tmp_path / "tampered.sdv"
+    bad.write_bytes(bytes(data))
+    _expect_failure(tmp_path, lossless["out"], lossless["key"], "--vault", bad, needles=("vault",))
+
+
+def test_random_bit_flips_detected(lossless, tmp_path):
+    """A few random single-bit flips across the file (header included): each one is refused cleanly."""
+    data = lossless["vault"].read_bytes()
+    rng = random.Random(1234)
+    positions = sorted(rng.sample(range(len(data)), 5)) + [3, 20, len(data) - 5]
+    for n, pos in enumerate(positions):
+        flipped = bytearray(data)
+        flipped[pos] ^= 1 << rng.randrange(8)
+        bad = tmp_path / f"flip{n}.sdv"
+        bad.write_bytes(bytes(flipped))
+        work = tmp_path / f"w{n}"
+        work.mkdir()
+        _expect_failure(work, lossless["out"], lossless["key"], "--vault", bad)
+
+
+def test_truncated_vault_without_partial(lossless, tmp_path):
+    data = lossless["vault"].read_bytes()
+    cut = tmp_path / "cut.sdv"
+    cut.write_bytes(data[: int(len(data) * 0.6)])
+    _expect_failure(tmp_path, lossless["out"], lossless["key"], "--vault", cut, needles=("truncated", "--partial"))
+
+
+def test_truncated_vault_with_partial(lossless, source_frames, tmp_path):
+    data = lossless["vault"].read_bytes()
+    cut = tmp_path / "cut.sdv"
+    cut.write_bytes(data[: int(len(data) * 0.6)])
+    # Which (track, frame) records survive the cut
+    reader = VaultReader(cut)
+    survived = {(r.track_id, r.frame_index) for r in reader.records(load_key(lossless["key"]))}
+    assert reader.damage is not None
+    masks, anon = lossless["masks"], lossless["anon"]
+    complete = [i for i, t in sorted(masks.items()) if all((tid, i) in survived for tid in t)]
+    lost = [i for i, t in sorted(masks.items()) if not any((tid, i) in survived for tid in t)]
+    assert complete and lost
+    assert complete == list(range(len(complete))), "the surviving frames are not a prefix"
+
+    out = tmp_path / "partial.mkv"
+    proc = cli("recover", lossless["out"], "-o", out, "--key-file", lossless["key"], "--vault", cut,
+               "--partial", "--codec", "ffv1", "--no-progress")
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    warnings = [ln for ln in proc.stderr.splitlines() if ln.startswith("streamdeid: warning: ")]
+    assert len(warnings) == 1, proc.stderr
+    w = warnings[0]
+    assert "truncated" in w and "missing" in w, w
+    last = complete[-1]
+    assert f"frames after {max(f for _, f in survived)}" in w, w
+    print(f"\n[recovery] cut at 60%: frames 0..{last} fully restored, {len(lost)} frames lost; warning: {w}")
+
+    rec = decode(out)
+    assert len(rec) == len(source_frames)
+    assert not list(tmp_path.glob("*.partial*"))
+    for i in complete:
+        assert np.array_equal(rec[i], source_frames[i]), f"frame {i} before the damage is not exact"
+    for i in lost:
+        assert np.array_equal(rec[i], anon[i]), f"frame {i} after the damage changed"
+
+
+def _ffv1_config() -> PipelineConfig:
+    config = PipelineConfig()
+    config.output.codec = "ffv1"
+    config.progress = False
+    return config
+
+
+@settings(max_examples=16, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.data())
+def test_damaged_vault_property(lossless, source_frames, tmp_path_factory, data):
+    """Random bit flips and truncations through the real recover path (in process): a flip is always
+    refused with StreamdeidError and no output; a truncation with allow_partial restores every
+    surviving record exactly and leaves the rest anonymized."""
+    vault_bytes = lossless["vault"].read_bytes()
+    work = tmp_path_factory.mktemp("prop")
+    bad, out = work / "bad.sdv", work / "rec.mkv"
+    key = load_key(lossless["key"])
+    if data.draw(st.booleans(), label="flip"):
+        pos = data.draw(st.integers(0, len(vault_bytes) - 1), label="pos")
+        bit = data.draw(st.integers(0, 7), label="bit")
+        b = bytearray(vault_bytes)
+        b[pos] ^= 1 << bit
+        bad.write_bytes(bytes(b))
+        with pytest.raises(StreamdeidError):
+            api_recover(str(lossless["out"]), out, key_file=str(lossless["key"]), vault=bad,
+                        config=_ffv1_config())
+        assert sorted(p.name for p in work.iterdir()) == ["bad.sdv"]
+        return
+    cut = data.draw(st.integers(0, len(vault_bytes) - 1), label="cut")
+    bad.write_bytes(vault_bytes[:cut])
+    try:
+        reader = VaultReader(bad)
+        survived = {(r.track_id, r.frame_index) for r in reader.records(key)}
+    except StreamdeidError:  # the header itself was cut
+        with pytest.raises(StreamdeidError):
+            api_recover(str(lossless["out"]), out, key_file=str(lossless["key"]), vault=bad,
+                        config=_ffv1_config(), allow_partial=True)
+        assert sorted(p.name for p in work.iterdir()) == ["bad.sdv"]
+        return
+    assert reader.damage is not None
+    with pytest.raises(StreamdeidError, match="--partial"):
+        api_recover(str(lossless["out"]), out, key_file=str(lossless["key"]), vault=bad, config=_ffv1_config())
+    assert sorted(p.name for p in work.iterdir()) == ["bad.sdv"]
+    res = api_recover(str(lossless["out"]), out, key_file=str(lossless["key"]), vault=bad,
+                      config=_ffv1_config(), allow_partial=True)
+    assert res.damage and "truncated" in res.damage
+    assert res.faces_restored == len(survived)
+    rec, anon = decode(out), lossless["anon"]
+    assert len(rec) == len(source_frames)
+    for i, tracks in lossless["masks"].items():
+        restored = np.logical_or.reduce([m for t, m in tracks.items() if (t, i) in survived]
+                                        or [np.zeros(rec[i].shape[:2], bool)])
+        assert np.array_equal(rec[i][restored], source_frames[i][restored]), f"frame {i}"
+        assert np.array_equal(rec[i][~restored], anon[i][~restored]), f"frame {i}"
+
+
+# --------------------------------------------------------------------------- irreversible runs
+
+
+def test_run_without_key_is_irreversible(tmp_path):
+    out = tmp_path / "anon.mkv"
+    proc = cli("run", CLIP, "-o", out, "--codec", "ffv1", "--no-progress", check_ok=True)
+    assert out.is_file()
+    assert not list(tmp_path.glob("*.sdv"))
+    assert "irreversible" in proc.stderr
+
+
+def test_no_vault_flag(lossless, tmp_path):
+    out = tmp_path / "anon.mkv"
+    proc = cli("run", CLIP, "-o", out, "--key-file", lossless["key"], "--codec", "ffv1", "--no-vault",
+               "--no-progress", check_ok=True)
+    assert out.is_file()
+    assert not list(tmp_path.glob("*.sdv"))
+    assert "irreversible" in proc.stderr
+    assert master_hex(lossless["key"]) not in (proc.stdout + proc.stderr).lower()
+
+
+# --------------------------------------------------------------------------- inspect
+
+
+def test_inspect_shows_nothing_secret(lossless):
+    proc = cli("inspect", lossless["vault"], check_ok=True)
+    info = json.loads(proc.stdout)
+    assert info["frame_range"] == [0, 55]
+    assert info["track_ids"] == track_ids(lossless)
+    assert info["complete"] is True and info["damage"] is None
+    assert info["file_size"] == lossless["vault"].stat().st_size
+    text = (proc.stdout + proc.stderr).lower()
+    secret = master_hex(lossless["key"])
+    assert secret not in text
+    for tid in info["track_ids"]:
+        assert load_key(lossless["key"]).track_key(bytes.fromhex(info["video_id"]), tid).hex() not in text
+    # Nothing face-like in the clear: no PNG signature anywhere in the vault.
+    assert b"\x89PNG" not in lossless["vault"].read_bytes()
+
+
+# --------------------------------------------------------------------------- missing key file
+
+
+def test_missing_key_file_hint_and_new_key(tmp_path):
+    key = tmp_path / "new.bin"
+    out = tmp_path / "anon.mkv"
+    proc = cli("run", CLIP, "-o", out, "--key-file", key, "--codec", "ffv1", "--no-progress")
+    assert_one_line_error(proc, "keygen")
+    assert not key.exists() and not out.exists()
+    assert not list(tmp_path.iterdir())
+
+    proc = cli("run", CLIP, "-o", out, "--key-file", key, "--new-key", "--codec", "ffv1", "--no-progress",
+               check_ok=True)
+    assert key.is_file() and stat.S_IMODE(key.stat().st_mode) == 0o600
+    assert out.is_file() and Path(str(out) + ".sdv").is_file()
+    assert load_key(key).key_bytes.hex() not in (proc.stdout + proc.stderr).lower()
+    # and the new key recovers the video
+    rec = tmp_path / "rec.mkv"
+    cli("recover", out, "-o", rec, "--key-file", key, "--codec", "ffv1", "--no-progress", check_ok=True)
+    assert np.array_equal(np.stack(decode(rec)), np.stack(decode(CLIP)))
