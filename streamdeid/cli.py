@@ -55,7 +55,7 @@ def main(verbose: bool) -> None:
 @click.option("-o", "--output", type=click.Path(dir_okay=True), help="Output file or folder. Default: <stem>_anonymized.<ext> beside the input.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
 @click.option("--anonymizer", "method", type=click.Choice(["blur", "mosaic", "solid"]), default="blur", show_default=True, help="How faces are replaced.")
-@click.option("--detect-every", type=click.IntRange(min=1), default=1, show_default=True, help="Run the detector on every N-th frame and track in between.")
+@click.option("--detect-every", type=click.IntRange(min=1), default=2, show_default=True, help="Run the detector on every N-th frame (and on scene cuts) and track in between.")
 @click.option("--detect-size", type=click.IntRange(min=0), default=None, help="Longest side of the image the detector sees (0: native). Larger finds smaller faces.")
 @click.option("--threshold", type=click.FloatRange(0.05, 0.99), default=None, help="Detector score threshold (lower covers more, with more false positives).")
 @click.option("--hold", type=click.FloatRange(min=0), default=0.5, show_default=True, help="Seconds a lost face stays covered at its predicted position.")

@@ -19,7 +19,7 @@ class DetectConfig:
     # are upscaled so that 10-15 px faces stay detectable; larger ones are
     # downscaled. 0 means "native resolution".
     input_size: int = 640
-    every: int = 1  # run the detector on every N-th frame, track in between
+    every: int = 2  # run the detector on every N-th frame (and on scene cuts), track in between
 
 
 @dataclass

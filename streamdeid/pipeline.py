@@ -65,22 +65,34 @@ FrameObserver = Callable[[FrameResult, list[PastedFace]], None]
 
 
 class FaceStage:
-    """Detection on every N-th frame plus tracking: turns frames into FrameResults."""
+    """Detection on every N-th frame plus tracking: turns frames into FrameResults.
+
+    A scene cut always triggers detection, whatever the cadence: the tracker's
+    predictions from the previous shot say nothing about the new one, and a
+    face first seen on a cut cannot be back-filled.
+    """
 
     def __init__(self, config: PipelineConfig, fps: float) -> None:
         self.detector = create_detector(config.detect)
         self.tracker = FaceTracker(fps=fps, config=config.track)
         self.every = max(1, config.detect.every)
         self.scene_cut = SceneCutDetector()
+        self._countdown = 0  # frames until the next scheduled detection
 
-    def __call__(self, frame: Frame, times: StageTimes) -> FrameResult:
+    def __call__(self, frame: Frame, times: StageTimes, *, force_cut: bool = False) -> FrameResult:
         t0 = time.perf_counter()
-        dets = self.detector.detect(frame.image) if frame.index % self.every == 0 else None
+        cut = self.scene_cut(frame.image) or force_cut
+        if cut or self._countdown <= 0:
+            dets = self.detector.detect(frame.image)
+            self._countdown = self.every - 1
+        else:
+            dets = None
+            self._countdown -= 1
         t1 = time.perf_counter()
         faces = self.tracker.update(dets)
         times.add("detect", t1 - t0)
         times.add("track", time.perf_counter() - t1)
-        return FrameResult(frame, faces, scene_cut=self.scene_cut(frame.image))
+        return FrameResult(frame, faces, scene_cut=cut)
 
 
 def process_frames(

@@ -28,6 +28,11 @@ from .types import AlignedFace, FaceContext, FrameResult, TrackedFace
 
 log = logging.getLogger(__name__)
 
+# Held and back-filled faces are covered this much larger than their predicted
+# box: measured on short_hamilton_clip.mp4 with --detect-every 2, a fast head
+# turn moved a face out from under its predicted position (one SFace leak).
+UNCERTAIN_GROWTH = 1.3
+
 
 @dataclass
 class PastedFace:
@@ -72,10 +77,15 @@ class FrameRenderer:
 
     def _align(self, image: np.ndarray, face: TrackedFace) -> AlignedFace:
         size, margin = self.align_cfg.crop_size, self.align_cfg.margin
-        if landmarks_usable(face.landmarks, face.box):
-            return align_face(image, face.landmarks, size, margin)
+        landmarks, box = face.landmarks, face.box
+        if face.state != "detected":
+            # A predicted (held) or back-filled position is a guess: the face may
+            # have moved, so cover a larger area around it.
+            landmarks, box = _grow(landmarks, box, UNCERTAIN_GROWTH)
+        if landmarks_usable(landmarks, box):
+            return align_face(image, landmarks, size, margin)
         # Implausible landmarks (profile, occlusion): a square crop around the box.
-        return align_box(image, face.box, size, margin)
+        return align_box(image, box, size, margin)
 
     def _anonymize(self, crops: np.ndarray, contexts: list[FaceContext]) -> tuple[np.ndarray, str]:
         try:
@@ -103,6 +113,14 @@ class FrameRenderer:
             blend_into(image, wf)
             pasted.append(PastedFace(face, a, wf.roi, own, orig, method))
         return pasted
+
+
+def _grow(landmarks: np.ndarray, box: np.ndarray, factor: float) -> tuple[np.ndarray, np.ndarray]:
+    """Scale landmarks ([5, 2]) and box ([4]) about the box centre."""
+    centre = (box[:2] + box[2:]) / 2
+    lm = centre + (landmarks - centre) * factor
+    half = (box[2:] - box[:2]) / 2 * factor
+    return lm, np.concatenate([centre - half, centre + half])
 
 
 def _cut(image: np.ndarray, roi: tuple[int, int, int, int]) -> np.ndarray:

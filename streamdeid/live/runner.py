@@ -168,7 +168,7 @@ def _run(source, output, config, live, summary, stop, observers, renderer,
     queue = FreshQueue(capacity=max(8, math.ceil(2 * fps * live.max_latency)))
     arrivals: dict[int, float] = {}
     track_ids: set[int] = set()
-    state = {"proc": 1.0 / fps, "detect_counter": 0, "cut": False, "late": 0}
+    state = {"proc": 1.0 / fps, "cut": False, "late": 0}
     lookahead_wait = summary.lookahead_frames / fps
 
     def budget() -> float:
@@ -200,17 +200,8 @@ def _run(source, output, config, live, summary, stop, observers, renderer,
         stats.frame_out(len(result.faces), latency)
 
     def track(frame: Frame) -> FrameResult:
-        t0 = time.perf_counter()
-        run_detector = state["detect_counter"] % stage.every == 0
-        dets = stage.detector.detect(frame.image) if run_detector else None
-        t1 = time.perf_counter()
-        faces = stage.tracker.update(dets)
-        summary.times.add("detect", t1 - t0)
-        summary.times.add("track", time.perf_counter() - t1)
-        state["detect_counter"] += 1
-        cut = stage.scene_cut(frame.image) or state["cut"]
-        state["cut"] = False
-        return FrameResult(frame, faces, scene_cut=cut)
+        cut, state["cut"] = state["cut"], False
+        return stage(frame, summary.times, force_cut=cut)
 
     def on_item(item: object) -> None:
         if isinstance(item, Frame):
@@ -246,8 +237,7 @@ def _run(source, output, config, live, summary, stop, observers, renderer,
             if isinstance(item, Discontinuity):
                 for ready in buffer.drain():  # no back-fill across a gap
                     finish(ready)
-                state["detect_counter"] = 0  # detect on the first frame after the gap
-                state["cut"] = True
+                state["cut"] = True  # detect on the first frame after the gap, no back-fill
                 continue
             if isinstance(item, AudioPacket):
                 sink.put(item)
