@@ -32,7 +32,7 @@ from .types import Frame, FrameResult, StreamdeidError
 from .video.images import is_image, list_media
 from .video.reader import open_source
 from .vault import VaultReader
-from .video.writer import VideoWriter, write_image
+from .video.writer import StreamWriter, VideoWriter, is_stream_output, write_image
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +69,8 @@ def anonymize(src: str, dst: str | Path | None = None, config: PipelineConfig | 
             raise StreamdeidError("reading from stdin (-) needs an output path: -o OUTPUT")
     elif not Path(src).exists():
         raise StreamdeidError(f"{src}: no such file or folder")
+    if dst is not None and is_stream_output(str(dst)):
+        return _anonymize_video(src, str(dst), config, keys, vault=False, store_crops=False)
     out = Path(dst) if dst is not None else default_output(src)
     if src != "-" and Path(src).is_dir():
         return _anonymize_folder(Path(src), out, config, keys)
@@ -82,16 +84,20 @@ def _renderer(config: PipelineConfig, keys: RunKeys) -> FrameRenderer:
                          anonymize=config.anonymize, key_for_track=keys.for_track)
 
 
-def _anonymize_video(src: str, out: Path, config: PipelineConfig, keys: RunKeys, *, vault: bool,
+def _anonymize_video(src: str, out: Path | str, config: PipelineConfig, keys: RunKeys, *, vault: bool,
                      store_crops: bool) -> RunResult:
+    """``out`` is a file path, or ``-``/a URL (stdout or a push, never with a vault)."""
     summary = RunSummary()
     stop = threading.Event()
-    vault_path = vault_path_for(out) if vault else None
+    vault_path = vault_path_for(out) if vault and isinstance(out, Path) else None
     if vault_path is not None and vault_path.exists() and not config.output.overwrite:
         raise StreamdeidError(f"{vault_path} exists; pass --overwrite to replace it")
     with open_source(src) as source:
         fps = float(source.average_rate or 25)
-        writer = VideoWriter(out, source, config.output, metadata=video_id_tag(keys.video_id))
+        if isinstance(out, Path):
+            writer = VideoWriter(out, source, config.output, metadata=video_id_tag(keys.video_id))
+        else:
+            writer = StreamWriter(out, source, config.output)
         vault_writer = None
         try:
             renderer = _renderer(config, keys)

@@ -155,3 +155,20 @@ def test_interrupt_leaves_playable_partial(tmp_path: Path, media: Path, sig: int
     assert not out.exists()  # the final name only ever holds a complete output
     frames = decode(partial)
     assert 0 < len(frames) < 600
+
+
+def test_stdin_to_stdout_keeps_every_frame(tmp_path: Path, media: Path) -> None:
+    src = make_video(tmp_path / "in.mkv", face_frames(media, 8))
+    proc = run_cli("run", "-", "-o", "-", "--no-progress", input=src.read_bytes())
+    assert proc.returncode == 0, _err_line(proc)
+    out = tmp_path / "out.ts"
+    out.write_bytes(proc.stdout)
+    assert len(decode(out)) == 8  # a pipe from a file is not "live": nothing dropped
+
+
+def test_unreachable_camera_exits_3(tmp_path: Path) -> None:
+    proc = run_cli("run", "rtsp://127.0.0.1:9/none", "-o", str(tmp_path / "x.mp4"), "--max-retries", "1",
+                   "--read-timeout", "1", timeout=60)
+    assert proc.returncode == 3
+    assert "cannot connect" in _err_line(proc)
+    assert not list(tmp_path.iterdir())
