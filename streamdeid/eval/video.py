@@ -1,0 +1,221 @@
+"""Video metrics: leak rate, identity stability within a track, flicker.
+
+* Leak rate: :func:`streamdeid.identity.leakcheck.check_video` (every face
+  YuNet finds in the original frames at full resolution, compared by SFace with
+  the same place in the output; a leak must also beat the blanked-face
+  reference, see its docstring). ``plain_matched`` is SFace's threshold alone.
+* Identity stability: the pipeline's own tracks (``--export-tracks``); for each
+  track, up to ``max_per_track`` of its detected faces, evenly spaced, are
+  embedded (SFace, at the original's landmarks) in the output; the share of
+  same-track pairs that match each other (one person, one fake identity; higher
+  is better). The same share on the original frames is the reference (SFace on
+  small video faces does not match a person with himself every time).
+* Flicker: for every track present in two consecutive frames, the mean absolute
+  change (0..255, all channels) inside its box from frame t-1 to t, in the
+  output and in the original; ``ratio`` = output / original (1 = no added flicker).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import numpy as np
+
+from ..config import AnonymizeConfig, DetectConfig, PipelineConfig
+from ..detect import create_detector
+from ..identity.leakcheck import check_video
+from ..identity.sface import SFACE_MATCH_THRESHOLD, SFace, align_for_sface, cosine
+from .recognizers import box_iou
+
+VIDEO_SUFFIXES = (".mp4", ".mov", ".mkv", ".avi", ".webm", ".m4v")
+
+
+def decode(path: str | Path):
+    """BGR frames of the first video stream."""
+    with av.open(str(path)) as container:
+        for frame in container.decode(video=0):
+            yield frame.to_ndarray(format="bgr24")
+
+
+def clip_fps(path: str | Path) -> float:
+    with av.open(str(path)) as c:
+        rate = c.streams.video[0].average_rate
+    return float(rate) if rate else 25.0
+
+
+def write_video(path: str | Path, frames, fps: float = 25.0, crf: int = 12) -> Path:
+    """Encode BGR frames to H.264 (for tests and tampered copies)."""
+    frames = list(frames)
+    h, w = frames[0].shape[:2]
+    with av.open(str(path), "w") as out:
+        stream = out.add_stream("libx264", rate=Fraction(fps).limit_denominator(1001))
+        stream.width, stream.height, stream.pix_fmt = w, h, "yuv420p"
+        stream.options = {"crf": str(crf), "preset": "veryfast"}
+        for img in frames:
+            for pkt in stream.encode(av.VideoFrame.from_ndarray(np.ascontiguousarray(img), format="bgr24")):
+                out.mux(pkt)
+        for pkt in stream.encode():
+            out.mux(pkt)
+    return Path(path)
+
+
+def anonymize_clip(clip: str | Path, out: str | Path, method: str, tracks: str | Path | None = None,
+                   config: PipelineConfig | None = None) -> Path:
+    """Run the streamdeid pipeline on ``clip`` with ``method``; tracks to a JSONL file."""
+    from ..api import anonymize
+
+    cfg = config or PipelineConfig()
+    cfg.anonymize = AnonymizeConfig(**{**cfg.anonymize.__dict__, "method": method})
+    cfg.export_tracks = None if tracks is None else str(tracks)
+    cfg.progress = False
+    cfg.output.overwrite = True
+    anonymize(str(clip), str(out), cfg)
+    return Path(out)
+
+
+def leak_metric(original: str | Path, output: str | Path, sface: SFace | None = None) -> dict:
+    """Leak rate through ``leakcheck.check_video``, with the frames that leaked."""
+    rep = check_video(str(original), str(output), sface=sface)
+    per_frame = Counter(c.frame for c in rep.leaks)
+    return {
+        "frames": rep.frames,
+        "faces": rep.faces,
+        "leaks": len(rep.leaks),
+        "leak_rate": len(rep.leaks) / rep.faces if rep.faces else None,
+        "plain_matched": rep.plain_matches / rep.faces if rep.faces else None,
+        "max_similarity": None if not rep.faces else rep.max_similarity,
+        "leaks_per_frame": {int(k): int(v) for k, v in sorted(per_frame.items())},
+    }
+
+
+def read_tracks(path: str | Path) -> list[dict]:
+    with open(path, encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def original_detections(clip: str | Path) -> list:
+    """The pipeline detector's faces in every original frame (gives tracked boxes their landmarks)."""
+    det = create_detector(DetectConfig())
+    return [det.detect(f) for f in decode(clip)]
+
+
+def stability_and_flicker(original: str | Path, output: str | Path, tracks: list[dict], detections: list,
+                          sface: SFace, *, max_per_track: int = 40) -> dict:
+    by_frame: dict[int, list[dict]] = defaultdict(list)
+    for r in tracks:
+        if r.get("method", "none") != "none":
+            by_frame[r["frame"]].append(r)
+    # Which detected faces of each track to embed (evenly spaced), with their landmarks.
+    per_track: dict[int, list[tuple[int, np.ndarray]]] = defaultdict(list)
+    for fi, recs in by_frame.items():
+        dets = detections[fi] if fi < len(detections) else None
+        if dets is None or not len(dets):
+            continue
+        for r in recs:
+            if r["state"] != "detected":
+                continue
+            ious = box_iou(dets.boxes, np.array(r["box"])[None])[:, 0]
+            j = int(ious.argmax())
+            if ious[j] >= 0.5:
+                per_track[r["track"]].append((fi, dets.landmarks[j]))
+    wanted: dict[int, list[tuple[int, np.ndarray]]] = defaultdict(list)
+    for tid, items in per_track.items():
+        items.sort(key=lambda x: x[0])
+        if len(items) < 2:
+            continue
+        idx = np.unique(np.linspace(0, len(items) - 1, min(max_per_track, len(items))).round().astype(int))
+        for i in idx:
+            wanted[items[i][0]].append((tid, items[i][1]))
+
+    crops_out: dict[int, list] = defaultdict(list)
+    crops_orig: dict[int, list] = defaultdict(list)
+    flick_out, flick_orig = [], []
+    prev_o = prev_a = None
+    prev_tracks: set[int] = set()
+    for fi, (fo, fa) in enumerate(zip(decode(original), decode(output))):
+        for tid, lm in wanted.get(fi, []):
+            crops_orig[tid].append(align_for_sface(fo, lm))
+            crops_out[tid].append(align_for_sface(fa, lm))
+        cur = {r["track"]: r for r in by_frame.get(fi, [])}
+        if prev_o is not None:
+            h, w = fo.shape[:2]
+            for tid, r in cur.items():
+                if tid not in prev_tracks:
+                    continue
+                x1, y1, x2, y2 = (int(round(v)) for v in r["box"])
+                x1, y1, x2, y2 = max(x1, 0), max(y1, 0), min(x2, w), min(y2, h)
+                if x2 - x1 < 2 or y2 - y1 < 2:
+                    continue
+                sl = (slice(y1, y2), slice(x1, x2))
+                flick_out.append(float(np.abs(fa[sl].astype(np.int16) - prev_a[sl].astype(np.int16)).mean()))
+                flick_orig.append(float(np.abs(fo[sl].astype(np.int16) - prev_o[sl].astype(np.int16)).mean()))
+        prev_o, prev_a, prev_tracks = fo, fa, set(cur)
+
+    pairs = matched = pairs_ref = matched_ref = 0
+    for tid in crops_out:
+        if len(crops_out[tid]) < 2:
+            continue
+        for crops, is_ref in ((crops_out[tid], False), (crops_orig[tid], True)):
+            e = sface.embed(np.stack(crops))
+            sim = np.asarray(cosine(e[:, None, :], e[None, :, :]))
+            iu = np.triu_indices(len(e), 1)
+            m = int((sim[iu] >= SFACE_MATCH_THRESHOLD).sum())
+            if is_ref:
+                pairs_ref += len(iu[0])
+                matched_ref += m
+            else:
+                pairs += len(iu[0])
+                matched += m
+    fo_m = float(np.mean(flick_out)) if flick_out else None
+    fr_m = float(np.mean(flick_orig)) if flick_orig else None
+    return {
+        "stability": {"tracks": sum(len(v) >= 2 for v in crops_out.values()), "pairs": pairs,
+                      "matched": matched / pairs if pairs else None,
+                      "original_matched": matched_ref / pairs_ref if pairs_ref else None,
+                      "rule": f"SFace cosine >= {SFACE_MATCH_THRESHOLD}"},
+        "flicker": {"pairs": len(flick_out), "output": fo_m, "original": fr_m,
+                    "ratio": fo_m / fr_m if fo_m is not None and fr_m else None, "scale": "mean |dI| on 0..255"},
+    }
+
+
+def evaluate_clip(clip: str | Path, method: str, workdir: str | Path, sface: SFace, *,
+                  detections: list | None = None, config: PipelineConfig | None = None) -> dict:
+    """Anonymize ``clip`` with ``method`` and measure leaks, stability and flicker."""
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    stem = Path(clip).stem
+    out = workdir / f"{stem}_{method}.mp4"
+    tracks = workdir / f"{stem}_{method}.tracks.jsonl"
+    anonymize_clip(clip, out, method, tracks, config)
+    detections = detections if detections is not None else original_detections(clip)
+    res = {"clip": Path(clip).name, "method": method, "output": str(out)}
+    res["leak"] = leak_metric(clip, out, sface)
+    res.update(stability_and_flicker(clip, out, read_tracks(tracks), detections, sface))
+    return res
+
+
+def pool(results: list[dict]) -> dict:
+    """Pool per-clip results of one method (counts summed, rates re-derived, means weighted)."""
+    faces = sum(r["leak"]["faces"] for r in results)
+    leaks = sum(r["leak"]["leaks"] for r in results)
+    plain = sum((r["leak"]["plain_matched"] or 0) * r["leak"]["faces"] for r in results)
+    pairs = sum(r["stability"]["pairs"] for r in results)
+    st = sum((r["stability"]["matched"] or 0) * r["stability"]["pairs"] for r in results)
+    fp = [r["flicker"] for r in results if r["flicker"]["pairs"]]
+    n = sum(f["pairs"] for f in fp)
+    fo = sum(f["output"] * f["pairs"] for f in fp) / n if n else None
+    fr = sum(f["original"] * f["pairs"] for f in fp) / n if n else None
+    ref_pairs = [r for r in results if r["stability"]["original_matched"] is not None]
+    return {
+        "clips": len(results), "frames": sum(r["leak"]["frames"] for r in results),
+        "leak": {"faces": faces, "leaks": leaks, "leak_rate": leaks / faces if faces else None,
+                 "plain_matched": plain / faces if faces else None},
+        "stability": {"pairs": pairs, "matched": st / pairs if pairs else None,
+                      "original_matched": (sum(r["stability"]["original_matched"] * r["stability"]["pairs"]
+                                               for r in ref_pairs) / pairs) if pairs and ref_pairs else None},
+        "flicker": {"pairs": n, "output": fo, "original": fr, "ratio": fo / fr if fo is not None and fr else None},
+    }
