@@ -1,9 +1,13 @@
 """DBAF generator speed on CPU: milliseconds per face, ONNX Runtime vs torch, random weights.
 
     python benchmarks/dbaf_speed.py --resolutions 64 128 --batches 1 8 32 --threads 2
+    python benchmarks/dbaf_speed.py --e2e ../shared/media/head-pose-face-detection-female-and-male.mp4
 
 Exports each cpu-small config to a temporary ONNX file, then times G(x, P)
 (median of ``--repeats`` runs after one warm-up). Weights are random: speed only.
+``--e2e CLIP`` also runs the whole pipeline (``--anonymizer dbaf``, leak guard
+on, ONNX Runtime) on CLIP with the first of ``--resolutions`` and prints the
+end-to-end fps and per-stage milliseconds, next to the default blur.
 """
 
 from __future__ import annotations
@@ -28,6 +32,23 @@ def _median_ms(fn, repeats: int) -> float:
     return statistics.median(times) * 1e3
 
 
+def end_to_end(clip: str, model_path: Path, tmp: Path, threads: int) -> None:
+    """fps of the whole pipeline with dbaf (and blur for reference) on ``clip``."""
+    from streamdeid.api import anonymize
+    from streamdeid.config import PipelineConfig
+
+    for method in ("blur", "dbaf"):
+        config = PipelineConfig()
+        config.progress = False
+        config.anonymize.method = method
+        config.anonymize.model_path = str(model_path)
+        config.anonymize.threads = threads
+        s = anonymize(clip, tmp / f"{method}.mp4", config).summary
+        stages = " ".join(f"{k}={v / max(s.frames, 1):.1f}" for k, v in s.times.ms.items())
+        print(f"e2e {method:>5}: {s.frames} frames, {s.faces} faces, {s.fps:.1f} fps "
+              f"(ms/frame per stage: {stages}; leak-guard fallbacks {s.leak_fallbacks})", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--resolutions", type=int, nargs="+", default=[64, 128])
@@ -35,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--preset", default="cpu-small")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--e2e", metavar="CLIP", help="also time `run --anonymizer dbaf` end to end on CLIP")
+    ap.add_argument("--skip-table", action="store_true", help="with --e2e: only the end-to-end figures")
     args = ap.parse_args(argv)
 
     import torch
@@ -47,10 +70,15 @@ def main(argv: list[str] | None = None) -> int:
     from streamdeid.models.dbaf import DBAF, count_parameters
 
     torch.set_num_threads(args.threads)
-    print(f"threads={args.threads} preset={args.preset} (ms per face, median of {args.repeats})")
-    print(f"{'R':>5} {'params':>9} {'batch':>5} {'onnxrt':>9} {'torch':>9}")
+    if not args.skip_table:
+        print(f"threads={args.threads} preset={args.preset} (ms per face, median of {args.repeats})")
+        print(f"{'R':>5} {'params':>9} {'batch':>5} {'onnxrt':>9} {'torch':>9}")
     with tempfile.TemporaryDirectory() as tmp:
-        for res in args.resolutions:
+        if args.e2e:
+            model = DBAF(DBAFConfig.preset(args.preset, args.resolutions[0])).eval()
+            path = export_dbaf(model, Path(tmp) / "e2e.onnx")
+            end_to_end(args.e2e, path, Path(tmp), args.threads)
+        for res in ([] if args.skip_table else args.resolutions):
             model = DBAF(DBAFConfig.preset(args.preset, res)).eval()
             path = export_dbaf(model, Path(tmp) / f"dbaf{res}.onnx")
             ort_backend = create_backend("onnxrt", path, intra_op_threads=args.threads)

@@ -75,6 +75,27 @@ def find_deface(arg: str | None) -> str | None:
     return None
 
 
+def make_noface_clip(path: Path, frames: int = 300, size: tuple[int, int] = (640, 360)) -> Path:
+    """A 640x360 clip without faces: a moving colour gradient with texture (x264 has work to do)."""
+    import numpy as np
+
+    w, h = size
+    rng = np.random.default_rng(0)
+    texture = rng.integers(0, 40, (h, w * 2, 3), dtype=np.uint8)
+    x = np.linspace(0, 255, w * 2, dtype=np.float32)
+    base = np.stack([np.tile(x, (h, 1)), np.tile(x[::-1], (h, 1)), np.full((h, w * 2), 128.0)], -1)
+    canvas = (base * 0.8).astype(np.uint8) + texture
+    with av.open(str(path), "w") as c:
+        s = c.add_stream("libx264", rate=30)
+        s.width, s.height, s.pix_fmt = w, h, "yuv420p"
+        for i in range(frames):
+            off = (i * 3) % w
+            vf = av.VideoFrame.from_ndarray(np.ascontiguousarray(canvas[:, off:off + w]), format="bgr24")
+            c.mux(s.encode(vf))
+        c.mux(s.encode())
+    return path
+
+
 def frame_count(clip: str) -> int:
     with av.open(clip) as c:
         return sum(1 for _ in c.decode(video=0))
@@ -82,9 +103,9 @@ def frame_count(clip: str) -> int:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("clip")
+    ap.add_argument("clip", help="a video file, or 'noface' for a generated 640x360 clip without faces")
     ap.add_argument("--anonymizer", default="blur")
-    ap.add_argument("--detect-every", type=int, default=1)
+    ap.add_argument("--detect-every", type=int, default=None, help="default: the pipeline's default")
     ap.add_argument("--repeat", type=int, default=3, help="runs per tool; the median is reported")
     ap.add_argument("--vs-deface", action="store_true")
     ap.add_argument("--deface-bin")
@@ -93,12 +114,16 @@ def main() -> int:
 
     config = PipelineConfig()
     config.anonymize.method = args.anonymizer
-    config.detect.every = args.detect_every
+    if args.detect_every is not None:
+        config.detect.every = args.detect_every
     config.progress = False
     config.output.overwrite = True
     tmp = Path(tempfile.mkdtemp(prefix="streamdeid-fps-"))
+    if args.clip == "noface":
+        args.clip = str(make_noface_clip(tmp / "noface.mp4"))
     suffix = Path(args.clip).suffix
-    result: dict = {"clip": args.clip, "anonymizer": args.anonymizer, "cpu_count": os.cpu_count()}
+    result: dict = {"clip": args.clip, "anonymizer": args.anonymizer, "detect_every": config.detect.every,
+                    "cpu_count": os.cpu_count()}
     try:
         result["transcode_fps"] = statistics.median(
             transcode_fps(args.clip, tmp / f"t{i}{suffix}", config) for i in range(args.repeat))
@@ -107,7 +132,7 @@ def main() -> int:
         result["pipeline"] = best
         result["fps_vs_transcode"] = best["fps"] / result["transcode_fps"]
         if args.vs_deface:
-            result["vs_deface"] = compare_deface(args, tmp, suffix)
+            result["vs_deface"] = compare_deface(args, tmp, suffix, config)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -126,14 +151,14 @@ def main() -> int:
     return 0
 
 
-def compare_deface(args, tmp: Path, suffix: str) -> dict:
+def compare_deface(args, tmp: Path, suffix: str, config: PipelineConfig) -> dict:
     deface = find_deface(args.deface_bin)
     if deface is None:
         sys.exit("deface not found: pip install deface==1.5.0 in a separate venv and pass --deface-bin")
     n = frame_count(args.clip)
     ours_cmd = [sys.executable, "-m", "streamdeid.cli", "run", args.clip, "-o", str(tmp / f"cli{suffix}"),
                 "--overwrite", "--no-progress", "--anonymizer", args.anonymizer,
-                "--detect-every", str(args.detect_every)]
+                "--detect-every", str(config.detect.every)]
     theirs_cmd = [deface, args.clip, "-o", str(tmp / f"deface{suffix}"), "--execution-provider",
                   "CPUExecutionProvider"]
     ours, theirs = [], []

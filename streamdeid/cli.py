@@ -54,7 +54,10 @@ def main(verbose: bool) -> None:
 @click.argument("input", metavar="INPUT")
 @click.option("-o", "--output", type=click.Path(dir_okay=True), help="Output file or folder. Default: <stem>_anonymized.<ext> beside the input.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
-@click.option("--anonymizer", "method", type=click.Choice(["blur", "mosaic", "solid"]), default="blur", show_default=True, help="How faces are replaced.")
+@click.option("--anonymizer", "method", type=click.Choice(["blur", "mosaic", "solid", "dbaf"]), default="blur", show_default=True, help="How faces are replaced. dbaf: a generated face per person, reversible with the key (needs --model until trained weights ship).")
+@click.option("--model", "model_path", type=click.Path(dir_okay=False), default=None, help="dbaf: generator file (.onnx for onnxrt, .safetensors for torch, .engine for tensorrt). Default: the shipped weights.")
+@click.option("--backend", type=click.Choice(["onnxrt", "torch", "tensorrt"]), default="onnxrt", show_default=True, help="dbaf: what runs the generator (ONNX Runtime on CPU by default).")
+@click.option("--leak-threshold", type=click.FloatRange(0.05, 0.363), default=None, help="dbaf: SFace similarity at which the leak guard switches a track to solid fill (default 0.363; lower is stricter).")
 @click.option("--detect-every", type=click.IntRange(min=1), default=2, show_default=True, help="Run the detector on every N-th frame (and on scene cuts) and track in between.")
 @click.option("--detect-size", type=click.IntRange(min=0), default=None, help="Longest side of the image the detector sees (0: native). Larger finds smaller faces.")
 @click.option("--threshold", type=click.FloatRange(0.05, 0.99), default=None, help="Detector score threshold (lower covers more, with more false positives).")
@@ -68,6 +71,7 @@ def main(verbose: bool) -> None:
 @click.option("--key-file", type=click.Path(dir_okay=False), help="Master key (from `streamdeid keygen`): write a recovery vault <output>.sdv. Without it the output is irreversible.")
 @click.option("--new-key", is_flag=True, help="Create --key-file if it does not exist.")
 @click.option("--no-vault", is_flag=True, help="Write no recovery vault even with --key-file.")
+@click.option("--no-crops", is_flag=True, help="dbaf: the vault keeps only track ids and geometry, no face pixels; recover with --mode model.")
 @click.option("--live", "force_live", is_flag=True, help="Treat INPUT as a live feed with a latency bound (automatic for rtsp:// and other URLs and /dev/video*; use it for a live pipe on stdin).")
 @click.option("--max-latency", type=click.FloatRange(min=0.05), default=1.0, show_default=True, help="Live: frames older than this (seconds) are dropped whole before anonymization.")
 @click.option("--segment-time", type=click.FloatRange(min=1), default=None, help="Live: rotate the recording into playable segments of this many seconds.")
@@ -79,9 +83,10 @@ def main(verbose: bool) -> None:
 @click.option("--stdout-format", type=click.Choice(["mpegts", "matroska"]), default="mpegts", show_default=True, help="Live: container when writing to stdout (-o -).")
 @click.option("--export-tracks", type=click.Path(dir_okay=False), help="Write a JSONL audit log: per frame and track, box, score, state, method.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
-def run(input: str, output: str | None, overwrite: bool, method: str, detect_every: int, detect_size: int | None,
+def run(input: str, output: str | None, overwrite: bool, method: str, model_path: str | None, backend: str,
+        leak_threshold: float | None, detect_every: int, detect_size: int | None,
         threshold: float | None, hold: float, lookahead: float, mask: str, mask_margin: float | None,
-        codec: str, crf: int, preset: str, key_file: str | None, new_key: bool, no_vault: bool,
+        codec: str, crf: int, preset: str, key_file: str | None, new_key: bool, no_vault: bool, no_crops: bool,
         force_live: bool, max_latency: float, segment_time: float | None, max_retries: int, rtsp_transport: str,
         read_timeout: float, stats_json: str | None, stats_interval: float, stdout_format: str,
         export_tracks: str | None, no_progress: bool) -> None:
@@ -110,6 +115,19 @@ def run(input: str, output: str | None, overwrite: bool, method: str, detect_eve
     config.track.hold_seconds = hold
     config.lookahead_seconds = lookahead
     config.anonymize.method = method
+    config.anonymize.model_path = model_path
+    config.anonymize.backend = backend
+    if leak_threshold is not None:
+        config.anonymize.leak_threshold = leak_threshold
+    if method == "dbaf":
+        from .anonymize.dbaf import resolve_model_path
+
+        resolve_model_path(model_path, backend)  # fail before touching any output
+    elif model_path is not None:
+        raise StreamdeidError("--model is for --anonymizer dbaf")
+    if no_crops and method != "dbaf":
+        raise StreamdeidError("--no-crops keeps no face pixels: only --anonymizer dbaf can be recovered from such "
+                              "a vault (recover --mode model)")
     config.blend.mask = mask
     if mask_margin is not None:
         config.blend.margin = mask_margin
@@ -123,30 +141,46 @@ def run(input: str, output: str | None, overwrite: bool, method: str, detect_eve
         live = LiveConfig(transport=rtsp_transport, read_timeout=read_timeout, max_retries=max_retries,
                           max_latency=max_latency, segment_time=segment_time, stats_interval=stats_interval,
                           stats_json=stats_json, stream_container=stdout_format)
-        _run_live(input, output, config, live, key_file=key_file)
+        _run_live(input, output, config, live, key_file=key_file, new_key=new_key, vault=not no_vault)
         return
-    result = anonymize(input, output, config, key_file=key_file, new_key=new_key, vault=not no_vault)
+    result = anonymize(input, output, config, key_file=key_file, new_key=new_key, vault=not no_vault,
+                       store_crops=not no_crops)
     click.echo(f"streamdeid: {result.summary.line()} -> {result.output}", err=True)
     if result.vault is not None:
+        how = f" --mode model --model {model_path}" if no_crops else ""
         click.echo(f"streamdeid: recovery vault {result.vault} (recover with `streamdeid recover"
-                   f" {result.output} --key-file {key_file} -o OUT`)", err=True)
+                   f" {result.output} --key-file {key_file}{how} -o OUT`)", err=True)
     else:
         click.echo("streamdeid: no recovery vault: this output is irreversible", err=True)
     if result.summary.interrupted:
         sys.exit(EXIT_INTERRUPTED)
 
 
-def _run_live(source: str, output: str | None, config: PipelineConfig, live, *, key_file: str | None) -> None:
+def _run_live(source: str, output: str | None, config: PipelineConfig, live, *, key_file: str | None,
+              new_key: bool, vault: bool) -> None:
+    from .api import renderer_for
     from .live import LiveSourceLost, run_live
+    from .recovery import SegmentVaultWriter, pipeline_meta, run_keys
+    from .video.writer import is_stream_output
 
     if output is None:
         raise StreamdeidError("a live input needs an output: -o FILE, -o rtsp://..., or -o - for stdout")
-    if key_file is not None:
-        # Per-segment vaults are not wired yet: say so rather than imply recoverability.
-        click.echo("streamdeid: warning: live runs write no recovery vault yet; this output is irreversible",
-                   err=True)
+    # Without a key file the keys are ephemeral (never stored): DBAF still gets
+    # one key per track, and there is no vault.
+    keys = run_keys(key_file, new_key=new_key)
+    renderer = renderer_for(config, keys)  # loads the model before connecting
+    reversible = renderer.anonymizer.name if getattr(renderer.anonymizer, "reversible", False) else None
+    factory = None
+    if vault and not keys.ephemeral and not is_stream_output(output):
+        pipeline = pipeline_meta(config, renderer.anonymizer)
+
+        def factory(segment: Path) -> SegmentVaultWriter:
+            return SegmentVaultWriter(keys, segment, crop_size=config.align.crop_size, reversible=reversible,
+                                      pipeline=pipeline, overwrite=config.output.overwrite)
+    else:
+        click.echo("streamdeid: no recovery vault: this output is irreversible", err=True)
     try:
-        summary = run_live(source, output, config, live)
+        summary = run_live(source, output, config, live, renderer=renderer, vault_factory=factory)
     except LiveSourceLost as exc:
         click.echo(f"streamdeid: error: {exc}", err=True)
         sys.exit(3)
@@ -164,22 +198,38 @@ def _run_live(source: str, output: str | None, config: PipelineConfig, live, *, 
 @click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
 @click.option("--codec", default="libx264", show_default=True, help="Video encoder (ffv1 keeps restored faces bit-exact).")
 @click.option("--crf", type=click.IntRange(0, 63), default=18, show_default=True, help="Quality for x264/x265 (0 = lossless).")
+@click.option("--mode", type=click.Choice(["exact", "model"]), default="exact", show_default=True, help="exact: put the stored original pixels back. model (dbaf outputs): regenerate each face with G(x_ano, P) from the track keys; works with --no-crops vaults.")
+@click.option("--model", "model_path", type=click.Path(dir_okay=False), default=None, help="--mode model: the generator the run used. Default: the shipped weights.")
+@click.option("--backend", type=click.Choice(["onnxrt", "torch", "tensorrt"]), default="onnxrt", show_default=True, help="--mode model: what runs the generator.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 def recover(anonymized: str, output: str, key_file: str, vault: str | None, tracks: tuple[int, ...],
-            partial: bool, overwrite: bool, codec: str, crf: int, no_progress: bool) -> None:
+            partial: bool, overwrite: bool, codec: str, crf: int, mode: str, model_path: str | None, backend: str,
+            no_progress: bool) -> None:
     """Restore the original faces of ANON from its recovery vault.
 
-    Exact: the pixels each anonymized face replaced are decrypted and put
-    back. With --track only those people are restored.
+    Exact (default): the pixels each anonymized face replaced are decrypted
+    and put back. Model (dbaf outputs): each face is regenerated by the DBAF
+    generator with its track key, using the track ids and geometry in the
+    vault; the result is an approximation, and the generator cannot tell a
+    wrong key from a right one. With --track only those people are restored.
     """
+    from .api import MODEL_MODE_CAVEAT
     from .api import recover as do_recover
 
+    if mode == "exact" and model_path is not None:
+        raise StreamdeidError("--model is for --mode model")
     config = PipelineConfig()
     config.output.codec, config.output.crf, config.output.overwrite = codec, crf, overwrite
     config.progress = not no_progress
+    if mode == "model":
+        click.echo(f"streamdeid: note: {MODEL_MODE_CAVEAT}", err=True)
     res = do_recover(anonymized, output, key_file=key_file, vault=vault, tracks=list(tracks) or None,
-                     config=config, allow_partial=partial)
-    click.echo(f"streamdeid: {res.frames} frames, {res.faces_restored} faces restored -> {res.output}", err=True)
+                     config=config, allow_partial=partial, mode=mode, model=model_path, backend=backend)
+    for note in res.notes:
+        click.echo(f"streamdeid: warning: {note}", err=True)
+    extra = f", {res.faces_skipped} solid-filled faces left as they are" if res.faces_skipped else ""
+    click.echo(f"streamdeid: {res.frames} frames, {res.faces_restored} faces restored ({res.mode} mode){extra}"
+               f" -> {res.output}", err=True)
     if res.damage:
         click.echo(f"streamdeid: warning: {res.damage}", err=True)
 

@@ -39,13 +39,31 @@ class AlignConfig:
 
 @dataclass
 class AnonymizeConfig:
-    method: str = "blur"  # blur | mosaic | solid (dbaf later)
+    method: str = "blur"  # blur | mosaic | solid | dbaf (dbaf needs model_path until trained weights ship)
     # blur: Gaussian sigma as a fraction of the crop size; mosaic: cells per side.
     # Chosen with streamdeid.identity.leakcheck on short_hamilton_clip.mp4 (748
     # faces): blur 0.12 leaked 7, 0.16 1, 0.2 none; mosaic 8 cells 43, 5 cells 1.
     blur_sigma: float = 0.2
     mosaic_cells: int = 5
     solid_color: tuple[int, int, int] = (128, 128, 128)  # BGR
+    # dbaf: the exported generator (.onnx for onnxrt, .safetensors for torch,
+    # .engine/.plan for tensorrt). None: the shipped default in
+    # streamdeid/weights/ (manifest.json with sha256); none ships yet.
+    model_path: str | None = None
+    backend: str = "onnxrt"  # onnxrt | torch | tensorrt
+    threads: int = 0  # generator intra-op threads (0: the backend's default)
+    # Leak guard (only for anonymizers that declare ``needs_leak_guard``, i.e.
+    # dbaf): SFace compares each track's original and anonymized face on its
+    # first ``leak_first_frames`` frames and then every ``leak_every`` frames; a
+    # match switches the track to solid fill for good. A match is a cosine
+    # >= ``leak_threshold`` (SFace's published 0.363, or stricter) that also
+    # beats the original-vs-face-blanked similarity by ``leak_margin`` (0: the
+    # threshold alone; see streamdeid.identity.leakcheck for why the margin).
+    leak_guard: bool = True
+    leak_first_frames: int = 3
+    leak_every: int = 15
+    leak_threshold: float = 0.363
+    leak_margin: float = 0.15
 
 
 @dataclass

@@ -45,7 +45,8 @@ class RunSummary:
     frames: int = 0
     faces: int = 0  # face instances covered (detected + held + backfilled)
     tracks: int = 0
-    fallbacks: int = 0  # faces covered by solid fill because the anonymizer failed
+    fallbacks: int = 0  # faces covered by solid fill because the anonymizer failed (or its track leaked)
+    leak_fallbacks: int = 0  # tracks the leak guard switched to solid fill (dbaf)
     seconds: float = 0.0
     interrupted: bool = False
     times: StageTimes = field(default_factory=StageTimes)
@@ -58,6 +59,8 @@ class RunSummary:
         text = f"{self.frames} frames, {self.faces} faces, {self.tracks} tracks, {self.fps:.1f} fps"
         if self.fallbacks:
             text += f", {self.fallbacks} faces fell back to solid fill"
+        if self.leak_fallbacks:
+            text += f", leak guard: {self.leak_fallbacks} track(s) switched to solid fill"
         return text
 
 
@@ -141,6 +144,7 @@ def process_frames(
             finish(ready)
         summary.tracks = len(track_ids)
         summary.fallbacks = renderer.fallbacks
+        summary.leak_fallbacks = getattr(renderer, "leak_fallbacks", 0)
 
 
 class _Worker(threading.Thread):

@@ -19,7 +19,7 @@ import numpy as np
 
 from .keys import KeyFile, MasterKey, load_key, new_video_id, track_key
 from .render import PastedFace
-from .types import FrameResult, StreamdeidError
+from .types import Frame, FrameResult, StreamdeidError
 from .vault import VaultReader, VaultRecord, VaultWriter, source_fingerprint
 
 log = logging.getLogger(__name__)
@@ -82,27 +82,95 @@ def run_keys(key_file: str | None, *, new_key: bool = False) -> RunKeys:
 
 
 class VaultRecorder:
-    """Observer for ``process_frames``: appends one vault record per pasted face."""
+    """Observer for ``process_frames``: appends one vault record per pasted face.
 
-    def __init__(self, writer: VaultWriter, crop_size: int) -> None:
+    ``mask_params`` of a record: (roi x, roi y, generated) where ``generated``
+    is 1.0 when the face was made by the reversible anonymizer ``reversible``
+    (dbaf: model-mode recovery applies) and 0.0 otherwise (solid fallback, blur).
+    """
+
+    def __init__(self, writer: VaultWriter, crop_size: int, reversible: str | None = None) -> None:
         self.writer = writer
         self.crop_size = crop_size
+        self.reversible = reversible
 
     def __call__(self, result: FrameResult, pasted: list[PastedFace]) -> None:
-        frame = result.frame
+        self.record(result.frame, pasted)
+
+    def record(self, frame: Frame, pasted: list[PastedFace]) -> None:
         for p in pasted:
+            generated = 1.0 if self.reversible is not None and p.method == self.reversible else 0.0
             self.writer.append(
                 p.face.track_id, frame.index, frame.pts, p.aligned.inverse, self.crop_size,
-                _owned_bgra(p.original, p.owned), mask_params=(float(p.roi[0]), float(p.roi[1])),
+                _owned_bgra(p.original, p.owned) if self.writer.store_crops else None,
+                mask_params=(float(p.roi[0]), float(p.roi[1]), generated),
             )
 
 
+class SegmentVaultWriter:
+    """One vault per live recording segment (``live.outputs.SegmentVault``).
+
+    Each segment is a video of its own: a fresh video id (tagged into the
+    segment file), frame indices from the segment's first frame, and its
+    vault beside it, so ``streamdeid recover SEGMENT`` works on any segment.
+    """
+
+    def __init__(self, keys: RunKeys, segment: Path, *, crop_size: int, overwrite: bool,
+                 reversible: str | None = None, pipeline: dict | None = None) -> None:
+        self.keys = keys.for_next_video()
+        self.path = vault_path_for(segment)
+        if self.path.exists() and not overwrite:
+            raise StreamdeidError(f"{self.path} exists; pass --overwrite to replace it")
+        writer = open_vault_writer(self.path, self.keys, source="-", output=segment, store_crops=True,
+                                   overwrite=overwrite, pipeline=pipeline)
+        self._recorder = VaultRecorder(writer, crop_size, reversible)
+        self.metadata = video_id_tag(self.keys.video_id)
+
+    def record(self, index: int, frame: Frame, pasted: list[PastedFace]) -> None:
+        self._recorder.record(frame, pasted)
+
+    def close(self, segment: Path, success: bool) -> None:
+        """Finish the vault; keep it beside the segment's final (or partial) file."""
+        writer = self._recorder.writer
+        if success:
+            writer.close()
+        else:
+            writer.abort()
+        target = vault_path_for(segment)
+        if target != self.path:
+            self.path.rename(target)
+            self.path = target
+
+
 def open_vault_writer(path: Path, keys: RunKeys, *, source: str, output: Path, store_crops: bool,
-                      overwrite: bool) -> VaultWriter:
+                      overwrite: bool, pipeline: dict | None = None) -> VaultWriter:
+    """``pipeline``: clear-text settings model-mode recovery needs to redo the paste
+    (anonymizer, model hash, crop size, align margin, blend mask); nothing secret."""
     meta = {"video_id": keys.video_id.hex(), "output": output.name}
     if source != "-" and Path(source).is_file():
         meta["source_fingerprint"] = source_fingerprint(source)
+    if pipeline:
+        meta["pipeline"] = pipeline
     return VaultWriter(path, meta, keys.master, store_crops=store_crops, overwrite=overwrite)
+
+
+def pipeline_meta(config, anonymizer) -> dict:
+    """What ``recover --mode model`` needs from the run, for the vault header."""
+    from dataclasses import asdict
+
+    meta = {
+        "anonymizer": getattr(anonymizer, "name", config.anonymize.method),
+        "crop_size": config.align.crop_size,
+        "align_margin": config.align.margin,
+        "blend": asdict(config.blend),
+    }
+    model_path = getattr(anonymizer, "model_path", None)
+    if model_path is not None:
+        from .anonymize.dbaf import sha256_file
+
+        meta["model"] = {"file": Path(model_path).name, "sha256": sha256_file(model_path),
+                         "backend": getattr(anonymizer, "backend_name", config.anonymize.backend)}
+    return meta
 
 
 def _owned_bgra(original: np.ndarray, owned: np.ndarray) -> np.ndarray:
@@ -116,7 +184,8 @@ def _owned_bgra(original: np.ndarray, owned: np.ndarray) -> np.ndarray:
 def restore_frame(image: np.ndarray, record: VaultRecord) -> int:
     """Copy a record's owned original pixels into ``image`` (in place); return how many."""
     if record.crop is None:
-        raise StreamdeidError("this vault holds geometry only (run --no-crops): exact recovery is impossible")
+        raise StreamdeidError("this vault holds geometry only (run --no-crops): exact recovery is impossible;"
+                              " use --mode model --model PATH")
     x, y = int(record.mask_params[0]), int(record.mask_params[1])
     crop = record.crop
     h, w = crop.shape[:2]

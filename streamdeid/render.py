@@ -2,7 +2,9 @@
 
 Fails closed: when the anonymizer raises, the faces of that batch are covered
 with a solid fill instead and the event is counted; nothing is ever pasted
-back unanonymized.
+back unanonymized. For generators (dbaf) a leak guard also compares the
+original and anonymized faces with SFace and moves a track whose identity
+survives to solid fill for good (see ``streamdeid.leakguard``).
 
 Besides the new frame, rendering reports, per face, which frame pixels it
 changed and what they were before (``PastedFace``), so the recovery vault can
@@ -46,7 +48,20 @@ class PastedFace:
     method: str  # the method actually applied ("blur", ... or "solid-fallback")
 
 
+FALLBACK = "solid-fallback"  # PastedFace.method of a face covered by solid fill instead
+
+
 class FrameRenderer:
+    """Aligns, anonymizes (one batch per frame) and pastes back every face.
+
+    Anonymizers may declare (class attributes, all optional):
+    ``needs_leak_guard`` -- run :class:`~streamdeid.leakguard.LeakGuard` on their
+    output (``AnonymizeConfig.leak_guard`` can turn it off); ``color_match`` --
+    match pasted colours to the frame; ``persistent_fallback`` (default: the
+    same as ``needs_leak_guard``) -- a track whose batch failed stays on solid
+    fill for the rest of the run instead of flickering between the two.
+    """
+
     def __init__(
         self,
         anonymizer: Anonymizer,
@@ -55,13 +70,26 @@ class FrameRenderer:
         blend: BlendConfig,
         anonymize: AnonymizeConfig,
         key_for_track: Callable[[int], bytes | None] | None = None,
+        guard=None,
     ) -> None:
+        """``guard``: a :class:`~streamdeid.leakguard.LeakGuard` to use, False for none, None for
+        the default (one when the anonymizer declares ``needs_leak_guard``)."""
         self.anonymizer = anonymizer
         self.align_cfg = align
         self.key_for_track = key_for_track or (lambda _tid: None)
         self._fallback = SolidAnonymizer(anonymize)
         self._mask = face_mask(align.crop_size, blend, None, align_margin=align.margin)  # [S, S] in [0, 1]
-        self.fallbacks = 0  # faces covered by solid fill because the anonymizer failed
+        self.color_match = bool(getattr(anonymizer, "color_match", False))
+        guarded = bool(getattr(anonymizer, "needs_leak_guard", False))
+        self.persistent = bool(getattr(anonymizer, "persistent_fallback", guarded))
+        if guard is None and guarded and anonymize.leak_guard:
+            from .leakguard import LeakGuard
+
+            guard = LeakGuard(anonymize)
+        self.guard = guard or None  # guard=False: none, whatever the anonymizer declares
+        self.solid_tracks: set[int] = set()  # tracks on solid fill for good (leak or generator error)
+        self.fallbacks = 0  # faces covered by solid fill because the anonymizer failed or leaked
+        self.leak_fallbacks = 0  # tracks the leak guard switched to solid fill
 
     def render(self, result: FrameResult) -> list[PastedFace]:
         """Anonymize every face of ``result`` in place; return what changed."""
@@ -72,8 +100,46 @@ class FrameRenderer:
         aligned = [self._align(image, f) for f in faces]
         crops = np.stack([a.crop for a in aligned])  # [B, S, S, 3]
         contexts = [FaceContext(f.track_id, result.frame.index, self.key_for_track(f.track_id)) for f in faces]
-        new_crops, method = self._anonymize(crops, contexts)
-        return self._paste_all(image, faces, aligned, new_crops, method)
+        live = [i for i, f in enumerate(faces) if f.track_id not in self.solid_tracks]
+        dead = [i for i, f in enumerate(faces) if f.track_id in self.solid_tracks]
+        new_crops = np.empty_like(crops)
+        methods = [FALLBACK] * len(faces)
+        if live:
+            out, method = self._anonymize(crops[live], [contexts[i] for i in live])
+            new_crops[live] = out
+            for i in live:
+                methods[i] = method
+            if method == FALLBACK and self.persistent:
+                self.solid_tracks.update(faces[i].track_id for i in live)
+        if dead:
+            new_crops[dead] = self._fallback(crops[dead], [contexts[i] for i in dead])
+            self.fallbacks += len(dead)
+        if self.guard is not None:
+            due = [i for i in live if self.guard.due(faces[i].track_id)]
+            due = [i for i in due if methods[i] != FALLBACK]
+            if due:
+                self._guard(result, faces, aligned, crops, contexts, new_crops, methods, due)
+        return self._paste_all(image, faces, aligned, new_crops, methods)
+
+    def _guard(self, result, faces, aligned, crops, contexts, new_crops, methods, due) -> None:
+        """Compare the original and rendered faces in ``due``; a leaking track goes solid for good."""
+        image = result.frame.image
+        scratch = image.copy()
+        self._paste_all(scratch, faces, aligned, new_crops, methods)
+        try:
+            verdicts = self.guard.find_leaks(image, scratch, [faces[i] for i in due])
+            leaked = [(due[v.index], v.describe()) for v in verdicts if v.leaked]
+        except Exception as exc:  # fail closed: a guard that cannot judge counts as a leak
+            leaked = [(i, f"leak check failed ({exc})") for i in due]
+        for i, why in leaked:
+            tid = faces[i].track_id
+            log.warning("leak guard: track %d still matches the original face in frame %d (%s); "
+                        "solid fill for this track from now on", tid, result.frame.index, why)
+            self.solid_tracks.add(tid)
+            self.leak_fallbacks += 1
+            self.fallbacks += 1
+            new_crops[i] = self._fallback(crops[i:i + 1], [contexts[i]])[0]
+            methods[i] = FALLBACK
 
     def _align(self, image: np.ndarray, face: TrackedFace) -> AlignedFace:
         size, margin = self.align_cfg.crop_size, self.align_cfg.margin
@@ -95,11 +161,12 @@ class FrameRenderer:
             return out, self.anonymizer.name
         except Exception as exc:  # fail closed: any anonymizer error becomes a solid fill
             self.fallbacks += len(crops)
-            log.warning("anonymizer %s failed (%s); %d face(s) covered with solid fill",
-                        self.anonymizer.name, exc, len(crops))
-            return self._fallback(crops, contexts), "solid-fallback"
+            log.warning("anonymizer %s failed (%s); %d face(s) covered with solid fill%s",
+                        self.anonymizer.name, exc, len(crops),
+                        " for the rest of the run" if self.persistent else "")
+            return self._fallback(crops, contexts), FALLBACK
 
-    def _paste_all(self, image, faces, aligned, new_crops, method) -> list[PastedFace]:
+    def _paste_all(self, image, faces, aligned, new_crops, methods) -> list[PastedFace]:
         h, w = image.shape[:2]
         warped = [warp_to_frame(crop, a.inverse, self._mask, w, h) for a, crop in zip(aligned, new_crops)]
         owned = _ownership(warped)
@@ -107,10 +174,10 @@ class FrameRenderer:
         # record each other's anonymized pixels as "original".
         originals = [_cut(image, wf.roi).copy() if wf else None for wf in warped]
         pasted = []
-        for face, a, wf, own, orig in zip(faces, aligned, warped, owned, originals):
+        for face, a, wf, own, orig, method in zip(faces, aligned, warped, owned, originals, methods):
             if wf is None:  # entirely outside the frame
                 continue
-            blend_into(image, wf)
+            blend_into(image, wf, color_match=self.color_match and method != FALLBACK)
             pasted.append(PastedFace(face, a, wf.roi, own, orig, method))
         return pasted
 

@@ -9,14 +9,19 @@ from .classic import (
     create_anonymizer,
     register_anonymizer,
 )
+from .dbaf import DBAFAnonymizer, create_dbaf, dbaf_recover_crops
+
+register_anonymizer("dbaf", create_dbaf)
 
 __all__ = [
     "REGISTRY",
     "Anonymizer",
     "BlurAnonymizer",
+    "DBAFAnonymizer",
     "MosaicAnonymizer",
     "SolidAnonymizer",
     "check_batch",
     "create_anonymizer",
+    "dbaf_recover_crops",
     "register_anonymizer",
 ]

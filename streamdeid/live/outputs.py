@@ -6,8 +6,10 @@
 ``VideoWriter``: fragmented MP4 through a partial file renamed on close, so
 every segment plays on its own and a crash loses at most the open segment's
 tail (its partial file stays playable). Each segment's timestamps start at 0.
-Hooks ``on_segment_open(path)``/``on_segment_close(path)`` let a caller open
-and close one recovery vault per segment.
+With a ``vault_factory``, every segment gets its own recovery vault: the
+runner emits ``RenderedFrame`` items (a frame plus what its pastes changed)
+and the vault records them with frame indices counted from the segment's
+first frame, exactly as ``streamdeid recover`` will decode that file.
 
 A stream target (``-``, ``rtsp://``...) gets one ``StreamWriter`` for the
 whole run; segment rotation does not apply to it.
@@ -17,8 +19,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
+from typing import Protocol
 
 from streamdeid.config import OutputConfig
 from streamdeid.types import Frame, StreamdeidError
@@ -28,6 +32,25 @@ from streamdeid.video.writer import StreamWriter, VideoTemplate, VideoWriter, is
 log = logging.getLogger(__name__)
 
 SegmentHook = Callable[[Path], None]
+
+
+@dataclass
+class RenderedFrame:
+    """An anonymized frame and the ``PastedFace`` records of its faces."""
+
+    frame: Frame
+    pasted: list = field(default_factory=list)
+
+
+class SegmentVault(Protocol):
+    metadata: dict[str, str]  # container tags for the segment (its vault's video id)
+
+    def record(self, index: int, frame: Frame, pasted: list) -> None: ...
+
+    def close(self, segment: Path, success: bool) -> None: ...
+
+
+VaultFactory = Callable[[Path], SegmentVault]
 MAX_SEGMENTS = 10_000_000  # bound on the segment counter (pattern width)
 
 
@@ -61,6 +84,7 @@ class SegmentRecorder:
         stream_options: dict[str, str] | None = None,
         on_segment_open: SegmentHook | None = None,
         on_segment_close: SegmentHook | None = None,
+        vault_factory: VaultFactory | None = None,
     ) -> None:
         self.output = output
         self.template = template
@@ -74,6 +98,9 @@ class SegmentRecorder:
         self.stream_options = stream_options
         self.on_open = on_segment_open
         self.on_close = on_segment_close
+        self.vault_factory = None if self.stream else vault_factory
+        self._vault: SegmentVault | None = None
+        self._segment_frames = 0  # frames in the open segment
         self.segments: list[Path] = []  # finished segment files (or the stream path)
         self.frames_written = 0
         self._writer: VideoWriter | None = None
@@ -82,17 +109,23 @@ class SegmentRecorder:
 
     # ------------------------------------------------------------- writing
     def write(self, item: object) -> None:
-        if isinstance(item, Frame):
+        if isinstance(item, RenderedFrame):
+            self._write_frame(item.frame, item.pasted)
+        elif isinstance(item, Frame):
             self._write_frame(item)
         elif isinstance(item, AudioPacket):
             self._write_audio(item)
 
-    def _write_frame(self, frame: Frame) -> None:
+    def _write_frame(self, frame: Frame, pasted: list | None = None) -> None:
         if self._writer is None or self._due(frame):
             self._rotate(frame)
         start = self._start or 0
         pts = None if frame.pts is None else frame.pts - start
-        self._writer.write_frame(Frame(frame.index, frame.image, pts, frame.time_base))
+        local = Frame(self._segment_frames, frame.image, pts, frame.time_base)
+        self._writer.write_frame(local)
+        if self._vault is not None:
+            self._vault.record(self._segment_frames, local, pasted or [])
+        self._segment_frames += 1
         self.frames_written += 1
 
     def _due(self, frame: Frame) -> bool:
@@ -123,9 +156,18 @@ class SegmentRecorder:
                                         container=self.stream_container, options=self.stream_options)
         else:
             path = segment_path(self.output, self._next_index) if self.segment_time else Path(self.output)
-            self._writer = VideoWriter(path, self.template, self.config)
+            self._vault = self.vault_factory(path) if self.vault_factory else None
+            metadata = self._vault.metadata if self._vault is not None else None
+            try:
+                self._writer = VideoWriter(path, self.template, self.config, metadata=metadata)
+            except BaseException:
+                if self._vault is not None:
+                    self._vault.close(path, success=False)
+                    self._vault = None
+                raise
             log.info("recording segment %s", path)
         self._next_index += 1
+        self._segment_frames = 0
         self._start = frame.pts if not self.stream or self._start is None else self._start
         if self.on_open is not None:
             self.on_open(path)
@@ -140,6 +182,9 @@ class SegmentRecorder:
             path = writer.abort_keep_partial()
         if path is not None:
             self.segments.append(Path(path))
+        vault, self._vault = self._vault, None
+        if vault is not None:
+            vault.close(Path(path) if path is not None else writer.path, success and path is not None)
         if self.on_close is not None:
             self.on_close(Path(path) if path is not None else writer.path)
 

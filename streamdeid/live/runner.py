@@ -28,7 +28,7 @@ from streamdeid.video.reader import AudioPacket
 
 from .config import LiveConfig
 from .fresh import END, FreshQueue, start_reader
-from .outputs import SegmentHook, SegmentRecorder
+from .outputs import RenderedFrame, SegmentHook, SegmentRecorder, VaultFactory
 from .source import Discontinuity, LiveSource, LiveSourceLost, Outage
 from .stats import LiveStats
 
@@ -115,6 +115,7 @@ def run_live(
     renderer: FrameRenderer | None = None,
     on_segment_open: SegmentHook | None = None,
     on_segment_close: SegmentHook | None = None,
+    vault_factory: VaultFactory | None = None,
     stop: threading.Event | None = None,
 ) -> LiveSummary:
     """Anonymize ``source`` (``rtsp://...``, ``/dev/videoN``, ``-``) into ``output``.
@@ -126,7 +127,8 @@ def run_live(
     finished. Raises ``LiveSourceLost`` (``exit_code`` 3, ``.summary``
     attached) when the source stays unreachable through all retries.
     ``observers`` see every rendered frame (vault, audit), ``renderer``
-    replaces the default one (e.g. with per-track keys).
+    replaces the default one (e.g. with per-track keys), ``vault_factory``
+    opens one recovery vault per recorded segment.
     """
     live = live or LiveConfig()
     stop = stop or threading.Event()
@@ -134,7 +136,7 @@ def run_live(
     with _Signals(stop, summary):
         try:
             _run(source, output, config, live, summary, stop, list(observers), renderer,
-                 on_segment_open, on_segment_close)
+                 on_segment_open, on_segment_close, vault_factory)
         except LiveSourceLost as exc:
             summary.stop_reason = "source_lost"
             exc.summary = summary  # type: ignore[attr-defined]
@@ -146,7 +148,7 @@ def run_live(
 
 
 def _run(source, output, config, live, summary, stop, observers, renderer,
-         on_segment_open, on_segment_close) -> None:
+         on_segment_open, on_segment_close, vault_factory) -> None:
     src = LiveSource(source, live, stop)
     try:
         src.connect()
@@ -163,7 +165,8 @@ def _run(source, output, config, live, summary, stop, observers, renderer,
     stream_options = {"rtsp_transport": live.transport} if output.lower().startswith("rtsp") else None
     recorder = SegmentRecorder(output, src, config.output, segment_time=live.segment_time,
                                stream_container=live.stream_container, stream_options=stream_options,
-                               on_segment_open=on_segment_open, on_segment_close=on_segment_close)
+                               on_segment_open=on_segment_open, on_segment_close=on_segment_close,
+                               vault_factory=vault_factory)
     sink = ThreadedSink(recorder.write, summary.times)
     queue = FreshQueue(capacity=max(8, math.ceil(2 * fps * live.max_latency)))
     arrivals: dict[int, float] = {}
@@ -194,7 +197,7 @@ def _run(source, output, config, live, summary, stop, observers, renderer,
         track_ids.update(f.track_id for f in result.faces)
         for obs in observers:
             obs(result, pasted)
-        sink.put(result.frame)
+        sink.put(RenderedFrame(result.frame, pasted) if vault_factory else result.frame)
         arrived = arrivals.pop(result.frame.index, None)
         latency = time.monotonic() - arrived if arrived is not None else 0.0
         stats.frame_out(len(result.faces), latency)
