@@ -1,0 +1,230 @@
+"""Training package (python -m training): every stage on a tiny config, overfit, exact resume, export, held-out."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("safetensors")
+pytest.importorskip("onnx")
+
+from training import cli  # noqa: E402
+from training.config import TrainConfig, preset, resolve  # noqa: E402
+from training.data import FaceSet, HeldoutError, dhash, near_duplicates, write_prepared  # noqa: E402
+from training.optim import Lookahead, build_optimizer  # noqa: E402
+from training.config import OptimConfig  # noqa: E402
+from training.stages import STAGE_CLASSES  # noqa: E402
+from training.trainer import latest_state, load_state  # noqa: E402
+
+DATASET = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "utkface-crops" / "images"
+
+TINY = {
+    "model": {"w_dim": 32, "channels": {"4": 32, "8": 32, "16": 32, "32": 16, "64": 16}, "enc_in_channels": 8,
+              "style_head_channels": 16, "cid_heads": 2, "n_mlp": 2, "kria_layers": 3},
+    "batch": 2, "log_every": 1, "sample_every": 2, "ckpt_every": 2, "ckpt_minutes": 1000.0, "threads": 1,
+    "stages": {s: {"sface_batch": 1, "r1_every": 2} for s in ("stylegan2", "e4e", "reconstruct", "disentangle",
+                                                            "anonymize")},
+}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def _smooth_faces(n: int, r: int = 64, seed: int = 0) -> np.ndarray:
+    """Synthetic 'faces': a skin-coloured ellipse with dark eyes/mouth on a smooth random background."""
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:r, 0:r] / r
+    out = []
+    for _ in range(n):
+        bg = rng.uniform(0, 255, 3)[None, None] * (0.6 + 0.4 * yy[..., None])
+        img = bg.copy()
+        face = ((xx - 0.5) / 0.22) ** 2 + ((yy - 0.55) / 0.3) ** 2 < 1
+        img[face] = rng.uniform(120, 230, 3)
+        for cx, cy, s in ((0.42, 0.5, 0.03), (0.58, 0.5, 0.03), (0.5, 0.7, 0.04)):
+            img[((xx - cx) ** 2 + (yy - cy) ** 2) < s * s] = rng.uniform(0, 60, 3)
+        out.append(np.clip(img, 0, 255).astype(np.uint8))
+    return np.stack(out)
+
+
+@pytest.fixture(scope="module")
+def tiny_env(tmp_path_factory):
+    root = tmp_path_factory.mktemp("train")
+    cfg_file = root / "tiny.json"
+    cfg_file.write_text(json.dumps(TINY))
+    data = write_prepared(root / "data", _smooth_faces(6), [f"synthetic_{i:03d}.png" for i in range(6)])
+    return root, cfg_file, data
+
+
+def _cfg(cfg_file, **stage_over) -> TrainConfig:
+    cfg = resolve("cpu-small", cfg_file)
+    for stage, over in stage_over.items():
+        for k, v in over.items():
+            setattr(cfg.stages[stage], k, v)
+    return cfg
+
+
+# ---------------------------------------------------------------------- config
+def test_presets_and_strict_config(tmp_path):
+    paper = preset("paper")
+    assert paper.resolution == 256 and paper.batch == 8 and paper.dbaf.w_dim == 512
+    assert paper.stages["disentangle"].g_optim.name == "ranger" and paper.stages["anonymize"].g_optim.lr == 1e-4
+    small = preset("cpu-small")
+    assert small.resolution == 64 and small.stages["disentangle"].weights["l1"] == 3.5
+    assert TrainConfig.from_dict(small.to_dict()).to_dict() == small.to_dict()
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"losses": {"perceptul": "x"}}))
+    with pytest.raises(ValueError, match="unknown fields"):
+        resolve("cpu-small", bad)
+
+
+def test_lookahead_state_roundtrip():
+    torch.manual_seed(0)
+    w = torch.nn.Parameter(torch.randn(5))
+    opt = build_optimizer([w], OptimConfig(name="ranger", lr=0.1, lookahead_k=2))
+    assert isinstance(opt, Lookahead)
+    for _ in range(3):
+        opt.zero_grad()
+        (w ** 2).sum().backward()
+        opt.step()
+    state = opt.state_dict()
+    w2 = torch.nn.Parameter(w.detach().clone())
+    opt2 = build_optimizer([w2], OptimConfig(name="ranger", lr=0.1, lookahead_k=2))
+    opt2.load_state_dict(state)
+    for o, p in ((opt, w), (opt2, w2)):
+        o.zero_grad()
+        (p ** 2).sum().backward()
+        o.step()
+    assert torch.equal(w, w2)
+
+
+def test_near_duplicates_hash():
+    rng = np.random.default_rng(0)
+    faces = [rng.integers(0, 256, (64, 64, 3), dtype=np.uint8) for _ in range(3)]
+    h = np.stack([dhash(f) for f in faces] + [dhash(np.clip(faces[0].astype(int) + 3, 0, 255).astype(np.uint8))])
+    assert near_duplicates(h, 20).tolist() == [False, False, False, True]
+
+
+# ---------------------------------------------------------------------- stages
+@pytest.mark.parametrize("stage", ["stylegan2", "e4e", "reconstruct", "disentangle", "anonymize"])
+def test_stage_runs_with_finite_losses(tiny_env, stage):
+    root, cfg_file, data = tiny_env
+    run = root / f"run_{stage}"
+    trainer = STAGE_CLASSES[stage](_cfg(cfg_file), run, data, init="none", log=lambda m: None)
+    records = trainer.run(2)
+    assert len(records) == 2 and all(np.isfinite(v) for r in records for v in r.values())
+    d = run / stage
+    assert json.loads((d / "config.json").read_text())["batch"] == 2
+    assert len([ln for ln in (d / "log.jsonl").read_text().splitlines() if '"step"' in ln]) >= 2
+    assert list((d / "samples").glob("step_*.png")) and (d / "generator.safetensors").is_file()
+    assert latest_state(d) is not None
+
+
+def test_overfit_fixed_batch(tiny_env, tmp_path):
+    root, cfg_file, _ = tiny_env
+    data = write_prepared(tmp_path / "data2", _smooth_faces(2, seed=3), ["a.png", "b.png"])
+    cfg = _cfg(cfg_file, reconstruct={"weights": {"l1": 1.0}})
+    cfg.batch, cfg.augment.hflip_data, cfg.ckpt_every, cfg.sample_every = 2, False, 10**6, 0
+    trainer = STAGE_CLASSES["reconstruct"](cfg, tmp_path / "run", data, init="none", log=lambda m: None)
+    losses = [r["l1"] for r in trainer.run(40)]
+    assert np.mean(losses[-5:]) < 0.6 * np.mean(losses[:3]), losses
+
+
+def test_resume_reproduces_next_steps(tiny_env, tmp_path):
+    root, cfg_file, data = tiny_env
+    over = dict(TINY)
+    over["stages"] = {k: dict(v) for k, v in TINY["stages"].items()}
+    over["stages"]["reconstruct"]["g_optim"] = {"name": "ranger", "lr": 1e-3, "lookahead_k": 2}
+    cf = tmp_path / "c.json"
+    cf.write_text(json.dumps(over))
+    base = ["reconstruct", "--data", str(data), "--config", str(cf), "--init", "none"]
+    assert cli.main(base + ["--run", str(tmp_path / "a"), "--steps", "4"]) == 0
+    assert cli.main(base + ["--run", str(tmp_path / "b"), "--steps", "2"]) == 0
+    assert cli.main(["reconstruct", "--data", str(data), "--run", str(tmp_path / "b"), "--resume", "--steps", "4"]) == 0
+
+    def rec(run):
+        lines = [json.loads(x) for x in (run / "reconstruct" / "log.jsonl").read_text().splitlines()]
+        return {r["step"]: {k: v for k, v in r.items() if k not in ("time", "s_per_it", "elapsed_h")}
+                for r in lines if "event" not in r}
+
+    a, b = rec(tmp_path / "a"), rec(tmp_path / "b")
+    assert a[3] == b[3] and a[4] == b[4]
+    assert load_state(latest_state(tmp_path / "b" / "reconstruct"))["step"] == 4
+
+
+def test_stage_chain_and_export_roundtrip(tiny_env, tmp_path):
+    root, cfg_file, data = tiny_env
+    run = tmp_path / "run"
+    common = ["--data", str(data), "--run", str(run), "--config", str(cfg_file), "--steps", "1"]
+    assert cli.main(["disentangle", *common]) == 2  # no reconstruct/e4e checkpoint to start from
+    assert cli.main(["reconstruct", *common, "--init", "none"]) == 0
+    assert cli.main(["disentangle", *common]) == 0
+    assert cli.main(["anonymize", *common]) == 0
+    out = tmp_path / "weights"
+    assert cli.main(["export", "--run", str(run), "--out", str(out)]) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    from training.export import sha256_file
+
+    for name, entry in manifest["files"].items():
+        assert sha256_file(out / name) == entry["sha256"]
+    assert manifest["stage"] == "anonymize" and manifest["onnx_parity_max_abs"] <= 1e-3
+    from streamdeid.backends.onnxrt import OnnxRuntimeBackend
+    from streamdeid.models.dbaf import DBAFRuntime
+    from streamdeid.models.io import load_checkpoint
+
+    model, header = load_checkpoint(out / "dbaf64.safetensors")
+    assert header["extra"]["stage"] == "anonymize"
+    g = torch.Generator().manual_seed(5)
+    x = torch.rand(3, 3, 64, 64, generator=g) * 2 - 1
+    p = torch.randn(3, *model.cfg.key_shape, generator=g)
+    with torch.no_grad():
+        ref = DBAFRuntime(model)(x, p).numpy()
+    got = OnnxRuntimeBackend(out / "dbaf64.onnx", intra_op_threads=1).run(x.numpy(), p.numpy())
+    assert np.abs(got - ref).max() <= 1e-3
+
+
+# --------------------------------------------------------------------- held-out
+def test_training_refuses_heldout_files(tiny_env, tmp_path):
+    from streamdeid.eval.heldout import heldout_names
+
+    held = sorted(heldout_names())[0]
+    with pytest.raises(HeldoutError):
+        write_prepared(tmp_path / "x", _smooth_faces(2), ["ok.png", held])
+    d = write_prepared(tmp_path / "y", _smooth_faces(2), ["ok.png", "ok2.png"])
+    (d / "train.txt").write_text(f"ok.png\n{held}\n")  # a list edited by hand
+    with pytest.raises(HeldoutError):
+        FaceSet(d, 64)
+    root, cfg_file, _ = tiny_env
+    with pytest.raises(HeldoutError):
+        cli.main(["reconstruct", "--data", str(d), "--run", str(tmp_path / "r"), "--config", str(cfg_file),
+                  "--init", "none", "--steps", "1"])
+
+
+def test_prepare_detects_aligns_and_excludes_heldout(tmp_path):
+    if not DATASET.is_dir():
+        pytest.skip(f"training images not found at {DATASET}")
+    from streamdeid.eval.heldout import heldout_names
+
+    src = tmp_path / "photos"
+    src.mkdir()
+    names = sorted(p.name for p in DATASET.iterdir() if p.name not in heldout_names())[:3]
+    held = sorted(n for n in heldout_names() if (DATASET / n).is_file())[0]
+    for n in names + [held]:
+        shutil.copy(DATASET / n, src / n)
+    shutil.copy(DATASET / names[0], src / ("copy_of_" + names[0]))  # an exact duplicate
+    assert cli.main(["prepare", "--data", str(src), "--run", str(tmp_path / "run")]) == 0
+    meta = json.loads((tmp_path / "run" / "data" / "prepared.json").read_text())
+    train = (tmp_path / "run" / "data" / "train.txt").read_text().split()
+    assert meta["refused_heldout"] == [held] and held not in train
+    assert len(meta["duplicates"]) == 1 and len(train) == 3
+    crops = np.load(tmp_path / "run" / "data" / "crops.npy")
+    assert crops.shape == (3, 64, 64, 3) and crops.dtype == np.uint8
