@@ -20,6 +20,9 @@ class DetectConfig:
     # downscaled. 0 means "native resolution".
     input_size: int = 640
     every: int = 2  # run the detector on every N-th frame (and on scene cuts), track in between
+    # While no face is tracked, detect only every N-th frame: a face that appears
+    # in between is back-filled by the look-ahead buffer once it is detected.
+    idle_every: int = 4
 
 
 @dataclass

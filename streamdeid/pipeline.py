@@ -72,13 +72,16 @@ class FaceStage:
 
     A scene cut always triggers detection, whatever the cadence: the tracker's
     predictions from the previous shot say nothing about the new one, and a
-    face first seen on a cut cannot be back-filled.
+    face first seen on a cut cannot be back-filled. With no face in view the
+    detector runs every ``idle_every`` frames instead (the look-ahead covers
+    the frames before a newcomer's first detection).
     """
 
     def __init__(self, config: PipelineConfig, fps: float) -> None:
         self.detector = create_detector(config.detect)
         self.tracker = FaceTracker(fps=fps, config=config.track)
         self.every = max(1, config.detect.every)
+        self.idle_every = max(self.every, config.detect.idle_every)
         self.scene_cut = SceneCutDetector()
         self._countdown = 0  # frames until the next scheduled detection
 
@@ -87,12 +90,14 @@ class FaceStage:
         cut = self.scene_cut(frame.image) or force_cut
         if cut or self._countdown <= 0:
             dets = self.detector.detect(frame.image)
-            self._countdown = self.every - 1
+            self._countdown = (self.every if len(dets) else self.idle_every) - 1
         else:
             dets = None
             self._countdown -= 1
         t1 = time.perf_counter()
         faces = self.tracker.update(dets)
+        if faces and self._countdown >= self.every:
+            self._countdown = self.every - 1  # a held face: back to the tracking cadence
         times.add("detect", t1 - t0)
         times.add("track", time.perf_counter() - t1)
         return FrameResult(frame, faces, scene_cut=cut)

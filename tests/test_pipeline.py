@@ -118,3 +118,48 @@ def test_render_overlapping_faces_own_disjoint_pixels() -> None:
 def test_render_face_outside_frame_is_skipped() -> None:
     face = TrackedFace(1, BOX + [1000, 0, 1000, 0], LM + [1000, 0], 0.9)
     assert _renderer(BlurAnonymizer()).render(_result(0, [face])) == []
+
+
+class _CountingDetector:
+    def __init__(self, faces: bool) -> None:
+        self.calls: list[int] = []
+        self.faces = faces
+        self.frame = 0
+
+    def detect(self, image):
+        from streamdeid.types import Detections
+
+        self.calls.append(self.frame)
+        if self.faces:
+            return Detections(BOX[None], np.array([0.9]), LM[None])
+        return Detections.empty()
+
+
+@pytest.mark.parametrize("faces, expected", [(False, [0, 4, 8]), (True, [0, 2, 4, 6, 8, 10])])
+def test_detection_cadence_idle_and_tracking(faces: bool, expected: list[int]) -> None:
+    from streamdeid.pipeline import FaceStage, StageTimes
+
+    cfg = PipelineConfig()
+    cfg.detect.every, cfg.detect.idle_every = 2, 4
+    stage = FaceStage(cfg, fps=25)
+    stage.detector = _CountingDetector(faces)
+    for i in range(12):
+        stage.detector.frame = i
+        result = stage(Frame(i, np.full((240, 320, 3), 100, np.uint8), i, None), StageTimes())
+        assert bool(result.faces) == faces
+    assert stage.detector.calls == expected
+
+
+def test_scene_cut_forces_detection() -> None:
+    from streamdeid.pipeline import FaceStage, StageTimes
+
+    cfg = PipelineConfig()
+    cfg.detect.every, cfg.detect.idle_every = 2, 4
+    stage = FaceStage(cfg, fps=25)
+    stage.detector = _CountingDetector(False)
+    for i in range(4):
+        stage.detector.frame = i
+        value = 20 if i < 2 else 230  # the picture changes wholesale at frame 2
+        result = stage(Frame(i, np.full((240, 320, 3), value, np.uint8), i, None), StageTimes())
+    assert stage.detector.calls == [0, 2]
+    assert result.scene_cut is False
