@@ -17,7 +17,6 @@ import json
 import logging
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 

@@ -103,6 +103,33 @@ class FaceStage:
         return FrameResult(frame, faces, scene_cut=cut)
 
 
+class RenderStage:
+    """Render a tracked frame in place, count it into ``summary``, tell the observers."""
+
+    def __init__(self, renderer: FrameRenderer, observers: Iterable[FrameObserver], summary: RunSummary) -> None:
+        self.renderer = renderer
+        self.observers = list(observers)
+        self.summary = summary
+        self.track_ids: set[int] = set()
+
+    def __call__(self, result: FrameResult) -> list[PastedFace]:
+        t0 = time.perf_counter()
+        pasted = self.renderer.render(result)
+        self.summary.times.add("anonymize", time.perf_counter() - t0)
+        self.summary.frames += 1
+        self.summary.faces += len(result.faces)
+        self.track_ids.update(f.track_id for f in result.faces)
+        for obs in self.observers:
+            obs(result, pasted)
+        return pasted
+
+    def close(self) -> None:
+        """Final counts into the summary."""
+        self.summary.tracks = len(self.track_ids)
+        self.summary.fallbacks = self.renderer.fallbacks
+        self.summary.leak_fallbacks = self.renderer.leak_fallbacks
+
+
 def process_frames(
     items: Iterable[object],
     config: PipelineConfig,
@@ -121,18 +148,10 @@ def process_frames(
     """
     stage = FaceStage(config, fps)
     buffer = LookaheadBuffer(round(config.lookahead_seconds * fps))
-    observers = list(observers)
-    track_ids: set[int] = set()
+    render = RenderStage(renderer, observers, summary)
 
     def finish(result: FrameResult) -> None:
-        t0 = time.perf_counter()
-        pasted = renderer.render(result)
-        summary.times.add("anonymize", time.perf_counter() - t0)
-        summary.frames += 1
-        summary.faces += len(result.faces)
-        track_ids.update(f.track_id for f in result.faces)
-        for obs in observers:
-            obs(result, pasted)
+        render(result)
         emit(result.frame)
 
     try:
@@ -147,9 +166,7 @@ def process_frames(
         # and written, so a partial output holds everything processed so far.
         for ready in buffer.drain():
             finish(ready)
-        summary.tracks = len(track_ids)
-        summary.fallbacks = renderer.fallbacks
-        summary.leak_fallbacks = getattr(renderer, "leak_fallbacks", 0)
+        render.close()
 
 
 class _Worker(threading.Thread):

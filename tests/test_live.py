@@ -8,7 +8,6 @@ UDP: the only transport that server has). Every wait is bounded.
 
 from __future__ import annotations
 
-import os
 import random
 import shutil
 import signal

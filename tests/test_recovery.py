@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
-import shutil
 import stat
 import subprocess
 import sys

@@ -14,7 +14,7 @@ import cv2
 import numpy as np
 
 from ..config import AlignConfig, BlendConfig
-from ..identity.sface import ARCFACE_112_TEMPLATE
+from ..align.aligner import ARCFACE_112 as ARCFACE_112_TEMPLATE
 from ..types import StreamdeidError
 
 # Face proportions in units of d = |eye midpoint - mouth midpoint| (about

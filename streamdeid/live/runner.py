@@ -14,14 +14,14 @@ import math
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from streamdeid.anonymize import create_anonymizer
 from streamdeid.config import PipelineConfig
 from streamdeid.lookahead import LookaheadBuffer
-from streamdeid.pipeline import FaceStage, FrameObserver, RunSummary, ThreadedSink
+from streamdeid.pipeline import FaceStage, FrameObserver, RenderStage, RunSummary, ThreadedSink
 from streamdeid.render import FrameRenderer
 from streamdeid.types import Frame, FrameResult, StreamdeidError
 from streamdeid.video.reader import AudioPacket
@@ -162,6 +162,7 @@ def _run(source, output, config, live, summary, stop, observers, renderer,
     summary.lookahead_frames = live_lookahead_frames(config, live, fps)
     buffer = LookaheadBuffer(summary.lookahead_frames)
     renderer = renderer or default_renderer(config)
+    render = RenderStage(renderer, observers, summary)
     stream_options = {"rtsp_transport": live.transport} if output.lower().startswith("rtsp") else None
     recorder = SegmentRecorder(output, src, config.output, segment_time=live.segment_time,
                                stream_container=live.stream_container, stream_options=stream_options,
@@ -170,7 +171,6 @@ def _run(source, output, config, live, summary, stop, observers, renderer,
     sink = ThreadedSink(recorder.write, summary.times)
     queue = FreshQueue(capacity=max(8, math.ceil(2 * fps * live.max_latency)))
     arrivals: dict[int, float] = {}
-    track_ids: set[int] = set()
     state = {"proc": 1.0 / fps, "cut": False, "late": 0}
     lookahead_wait = summary.lookahead_frames / fps
 
@@ -189,14 +189,7 @@ def _run(source, output, config, live, summary, stop, observers, renderer,
             arrivals.pop(result.frame.index, None)
             state["late"] += 1
             return
-        t0 = time.perf_counter()
-        pasted = renderer.render(result)
-        summary.times.add("anonymize", time.perf_counter() - t0)
-        summary.frames += 1
-        summary.faces += len(result.faces)
-        track_ids.update(f.track_id for f in result.faces)
-        for obs in observers:
-            obs(result, pasted)
+        pasted = render(result)
         sink.put(RenderedFrame(result.frame, pasted) if vault_factory else result.frame)
         arrived = arrivals.pop(result.frame.index, None)
         latency = time.monotonic() - arrived if arrived is not None else 0.0
@@ -271,8 +264,7 @@ def _run(source, output, config, live, summary, stop, observers, renderer,
                 summary.dropped = queue.dropped + state["late"]
                 summary.reconnects = src.counters.reconnects
                 summary.outages = list(src.counters.outages)
-                summary.tracks = len(track_ids)
-                summary.fallbacks = renderer.fallbacks
+                render.close()
                 summary.seconds = time.monotonic() - started
                 lat = sorted(stats.latencies)
                 if lat:

