@@ -113,9 +113,11 @@ class RenderStage:
         self.track_ids: set[int] = set()
 
     def __call__(self, result: FrameResult) -> list[PastedFace]:
-        t0 = time.perf_counter()
+        t0, paste0 = time.perf_counter(), self.renderer.paste_seconds
         pasted = self.renderer.render(result)
-        self.summary.times.add("anonymize", time.perf_counter() - t0)
+        paste = self.renderer.paste_seconds - paste0
+        self.summary.times.add("anonymize", time.perf_counter() - t0 - paste)  # align + anonymize
+        self.summary.times.add("paste", paste)
         self.summary.frames += 1
         self.summary.faces += len(result.faces)
         self.track_ids.update(f.track_id for f in result.faces)

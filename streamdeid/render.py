@@ -16,6 +16,7 @@ restoring one person never uncovers another.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -89,6 +90,7 @@ class FrameRenderer:
         self.guard = guard or None  # guard=False: none, whatever the anonymizer declares
         self.solid_tracks: set[int] = set()  # tracks on solid fill for good (leak or generator error)
         self.fallbacks = 0  # faces covered by solid fill because the anonymizer failed or leaked
+        self.paste_seconds = 0.0  # time spent pasting back (warp + blend), for stage timings
         self.leak_fallbacks = 0  # tracks the leak guard switched to solid fill
 
     def render(self, result: FrameResult) -> list[PastedFace]:
@@ -119,7 +121,10 @@ class FrameRenderer:
             due = [i for i in due if methods[i] != FALLBACK]
             if due:
                 self._guard(result, faces, aligned, crops, contexts, new_crops, methods, due)
-        return self._paste_all(image, faces, aligned, new_crops, methods)
+        t0 = time.perf_counter()
+        pasted = self._paste_all(image, faces, aligned, new_crops, methods)
+        self.paste_seconds += time.perf_counter() - t0
+        return pasted
 
     def _guard(self, result, faces, aligned, crops, contexts, new_crops, methods, due) -> None:
         """Compare the original and rendered faces in ``due``; a leaking track goes solid for good."""
