@@ -95,34 +95,57 @@ class FrameRenderer:
 
     def render(self, result: FrameResult) -> list[PastedFace]:
         """Anonymize every face of ``result`` in place; return what changed."""
+        return self.render_many([result])[0]
+
+    def render_many(self, results: list[FrameResult]) -> list[list[PastedFace]]:
+        """Render several frames with ONE anonymizer call for all their faces.
+
+        A generator is fed its largest batch this way (all tracks of all the
+        frames leaving the look-ahead buffer together); per frame, the result
+        is the same as ``render``.
+        """
+        jobs = [self._prepare(r) for r in results]
+        todo = [(j, i) for j in jobs for i in j.live]
+        if todo:
+            crops = np.stack([j.crops[i] for j, i in todo])  # [B, S, S, 3] across frames
+            out, method = self._anonymize(crops, [j.contexts[i] for j, i in todo])
+            for (j, i), crop in zip(todo, out):
+                j.new_crops[i] = crop
+                j.methods[i] = method
+            if method == FALLBACK and self.persistent:
+                self.solid_tracks.update(j.faces[i].track_id for j, i in todo)
+        return [self._finish(j) for j in jobs]
+
+    def _prepare(self, result: FrameResult) -> "_Job":
         faces = result.faces
-        if not faces:
-            return []
         image = result.frame.image
         aligned = [self._align(image, f) for f in faces]
-        crops = np.stack([a.crop for a in aligned])  # [B, S, S, 3]
+        size = self.align_cfg.crop_size
+        crops = np.stack([a.crop for a in aligned]) if faces else np.zeros((0, size, size, 3), np.uint8)
         contexts = [FaceContext(f.track_id, result.frame.index, self.key_for_track(f.track_id)) for f in faces]
         live = [i for i, f in enumerate(faces) if f.track_id not in self.solid_tracks]
-        dead = [i for i, f in enumerate(faces) if f.track_id in self.solid_tracks]
-        new_crops = np.empty_like(crops)
-        methods = [FALLBACK] * len(faces)
-        if live:
-            out, method = self._anonymize(crops[live], [contexts[i] for i in live])
-            new_crops[live] = out
-            for i in live:
-                methods[i] = method
-            if method == FALLBACK and self.persistent:
-                self.solid_tracks.update(faces[i].track_id for i in live)
+        return _Job(result, faces, aligned, crops, contexts, live, np.empty_like(crops), [FALLBACK] * len(faces))
+
+    def _finish(self, job: "_Job") -> list[PastedFace]:
+        """Solid fill for tracks already on it, the leak guard, then paste back."""
+        if not job.faces:
+            return []
+        faces, crops, contexts, new_crops, methods = job.faces, job.crops, job.contexts, job.new_crops, job.methods
+        # A track can have gone solid since _prepare (the guard caught it in an
+        # earlier frame of the same batch): its generated crops are discarded too.
+        dead = [i for i in range(len(faces)) if i not in job.live or
+                (methods[i] != FALLBACK and faces[i].track_id in self.solid_tracks)]
         if dead:
             new_crops[dead] = self._fallback(crops[dead], [contexts[i] for i in dead])
+            for i in dead:
+                methods[i] = FALLBACK
             self.fallbacks += len(dead)
         if self.guard is not None:
-            due = [i for i in live if self.guard.due(faces[i].track_id)]
-            due = [i for i in due if methods[i] != FALLBACK]
+            due = [i for i in job.live if self.guard.due(faces[i].track_id) and methods[i] != FALLBACK]
             if due:
-                self._guard(result, faces, aligned, crops, contexts, new_crops, methods, due)
+                self._guard(job.result, faces, job.aligned, crops, contexts, new_crops, methods, due)
         t0 = time.perf_counter()
-        pasted = self._paste_all(image, faces, aligned, new_crops, methods)
+        pasted = self._paste_all(job.result.frame.image, faces, job.aligned, new_crops, methods)
         self.paste_seconds += time.perf_counter() - t0
         return pasted
 
@@ -185,6 +208,20 @@ class FrameRenderer:
             blend_into(image, wf, color_match=self.color_match and method != FALLBACK)
             pasted.append(PastedFace(face, a, wf.roi, own, orig, method))
         return pasted
+
+
+@dataclass
+class _Job:
+    """One frame's faces between alignment and paste-back (see ``render_many``)."""
+
+    result: FrameResult
+    faces: list[TrackedFace]
+    aligned: list[AlignedFace]
+    crops: np.ndarray  # [N, S, S, 3] uint8, original aligned crops
+    contexts: list[FaceContext]
+    live: list[int]  # faces still anonymized by the anonymizer (not on solid fill for good)
+    new_crops: np.ndarray  # [N, S, S, 3] uint8, filled by render_many / _finish
+    methods: list[str]
 
 
 def _grow(landmarks: np.ndarray, box: np.ndarray, factor: float) -> tuple[np.ndarray, np.ndarray]:

@@ -341,3 +341,19 @@ def test_missing_model_is_a_one_line_error(short_clip, tmp_path) -> None:
     assert not (tmp_path / "o.mkv").exists()
     proc = cli("run", short_clip, "-o", tmp_path / "o.mkv", "--no-crops", "--no-progress")
     one_line_error(proc, "--no-crops")
+
+
+def test_leak_found_mid_batch_covers_the_rest_of_the_batch(obama_faces) -> None:
+    """render_many: a track caught leaking in frame 0 must not show generator output in frames 1..3."""
+    image, faces = obama_faces
+    cfg = PipelineConfig()
+    ident = _Identity()
+    renderer = FrameRenderer(ident, align=cfg.align, blend=cfg.blend, anonymize=cfg.anonymize,
+                             key_for_track=lambda t: b"\x02" * 32)
+    results = [FrameResult(Frame(i, image.copy(), i, None), faces) for i in range(4)]
+    pasted = renderer.render_many(results)
+    assert ident.calls == 1  # one generator batch for the four frames
+    assert all(p.method == "solid-fallback" for frame in pasted for p in frame)
+    cx, cy = faces[0].landmarks[2]
+    for r in results:
+        assert np.array_equal(r.frame.image[int(cy), int(cx)], cfg.anonymize.solid_color)

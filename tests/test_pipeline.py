@@ -163,3 +163,43 @@ def test_scene_cut_forces_detection() -> None:
         result = stage(Frame(i, np.full((240, 320, 3), value, np.uint8), i, None), StageTimes())
     assert stage.detector.calls == [0, 2]
     assert result.scene_cut is False
+
+
+class _CountingBlur(BlurAnonymizer):
+    def __init__(self) -> None:
+        super().__init__()
+        self.batches: list[int] = []
+
+    def __call__(self, crops, contexts):
+        self.batches.append(len(crops))
+        return super().__call__(crops, contexts)
+
+
+def test_render_many_batches_frames_and_matches_render() -> None:
+    rng = np.random.default_rng(3)
+    images = [rng.integers(0, 255, (240, 320, 3), dtype=np.uint8) for _ in range(3)]
+    one, many = _CountingBlur(), _CountingBlur()
+    singles = [_renderer(one).render(_result(i, [_face(1), _face(2, dx=100)], image=img.copy()))
+               for i, img in enumerate(images)]
+    copies = [img.copy() for img in images]
+    batched = _renderer(many).render_many([_result(i, [_face(1), _face(2, dx=100)], image=c)
+                                           for i, c in enumerate(copies)])
+    assert one.batches == [2, 2, 2] and many.batches == [6]  # one call for all faces of 3 frames
+    for s, b in zip(singles, batched):
+        assert [p.roi for p in s] == [p.roi for p in b]
+        assert all(np.array_equal(x.original, y.original) for x, y in zip(s, b))
+
+
+def test_pipeline_batches_frames_for_batching_anonymizers(media) -> None:
+    """process_frames hands ``batch_frames`` frames at once to a generator that asks for it."""
+    from conftest import face_frames
+    from streamdeid.pipeline import RunSummary, process_frames
+
+    anon = _CountingBlur()
+    anon.batch_frames = 4
+    frames = [Frame(i, img, i, None) for i, img in enumerate(face_frames(media, 10))]
+    emitted = []
+    cfg = PipelineConfig()
+    process_frames(frames, cfg, _renderer(anon, cfg), fps=25, emit=emitted.append, summary=RunSummary())
+    assert [f.index for f in emitted] == list(range(10))  # order kept
+    assert len(anon.batches) == 3 and sum(anon.batches) >= 10  # 4 + 4 + 2 frames' faces

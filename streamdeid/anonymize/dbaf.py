@@ -96,6 +96,7 @@ class DBAFAnonymizer:
     needs_leak_guard = True
     color_match = True
     reversible = True  # model-mode recovery: G(G(x, P), P)
+    batch_frames = 8  # frames leaving the look-ahead buffer rendered in one generator batch
 
     def __init__(self, model_path: str | Path | None = None, backend: str = "onnxrt", *, threads: int = 0,
                  generator=None) -> None:
