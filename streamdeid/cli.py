@@ -32,6 +32,15 @@ class _Group(click.Group):
         except KeyboardInterrupt:
             click.echo("streamdeid: interrupted", err=True)
             ctx.exit(EXIT_INTERRUPTED)
+        except (click.exceptions.Exit, click.ClickException, SystemExit):
+            raise
+        except Exception as exc:  # a bug of ours: still one line (the traceback with -v)
+            if logging.getLogger().isEnabledFor(logging.INFO):
+                logging.getLogger("streamdeid").exception("internal error")
+            detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            click.echo(f"streamdeid: internal error: {type(exc).__name__}: {detail} (rerun with -v for details;"
+                       " please report it)", err=True)
+            ctx.exit(EXIT_ERROR)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

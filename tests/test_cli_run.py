@@ -196,3 +196,20 @@ def test_live_segments_each_get_a_vault_that_recovers(tmp_path: Path, media: Pat
     wrong = run_cli("recover", str(segments[0]), "-o", str(tmp_path / "x.mkv"), "--key-file", str(key),
                     "--vault", str(segments[1]) + ".sdv", "--no-progress")
     assert wrong.returncode == 1 and "another video" in _err_line(wrong)
+
+
+def test_unexpected_error_is_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    import streamdeid.api as api
+    from streamdeid.cli import main
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("something broke\nsecond line")
+
+    monkeypatch.setattr(api, "anonymize", boom)
+    src = tmp_path / "x.mp4"
+    src.write_bytes(b"")
+    result = CliRunner().invoke(main, ["run", str(src)])
+    assert result.exit_code == 1
+    assert result.output.count("\n") == 1 and "internal error: RuntimeError: something broke" in result.output
