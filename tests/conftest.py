@@ -68,3 +68,25 @@ def face_frames(media: Path, n: int, size: tuple[int, int] = (320, 240)) -> list
         img[20:20 + face.shape[0], x:x + face.shape[1]] = face
         out.append(img)
     return out
+
+
+def load_image(name: str) -> np.ndarray:
+    """A still from the shared media (skips the test when the folder is absent)."""
+    import cv2
+
+    path = MEDIA / name
+    if not path.exists():
+        pytest.skip(f"{path} not available (clone the repo beside ../shared)")
+    image = cv2.imread(str(path))
+    assert image is not None
+    return image
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """One intra-op thread: on the shared 2-core machine OpenMP barriers under contention cost 10-40x."""
+    torch = pytest.importorskip("torch")
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

@@ -1,5 +1,3 @@
-import os
-from pathlib import Path
 
 import cv2
 import numpy as np
@@ -9,7 +7,7 @@ from streamdeid.align import ARCFACE_112, align_box, align_face, canonical_templ
 from streamdeid.config import AlignConfig
 from streamdeid.types import AlignedFace
 
-MEDIA = Path(os.environ.get("STREAMDEID_MEDIA", "/work/shared/media"))
+from conftest import MEDIA  # noqa: E402
 
 
 def similarity(scale, angle_deg, tx, ty):

@@ -34,12 +34,7 @@ CLIP = MEDIA / "head-pose-face-detection-female-and-male.mp4"  # 480x270, 2 peop
 CLIP_FRAMES = 10
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,4 @@
 import os
-from pathlib import Path
 
 import cv2
 import numpy as np
@@ -11,16 +10,9 @@ from streamdeid.detect import scrfd as scrfd_mod
 from streamdeid.detect import yunet as yunet_mod
 from streamdeid.types import Detections, StreamdeidError
 
-MEDIA = Path(os.environ.get("STREAMDEID_MEDIA", "/work/shared/media"))
+from conftest import MEDIA, load_image as load  # noqa: E402
 
 
-def load(name: str) -> np.ndarray:
-    path = MEDIA / name
-    if not path.exists():
-        pytest.skip(f"{path} not available")
-    image = cv2.imread(str(path))
-    assert image is not None
-    return image
 
 
 @pytest.fixture(scope="module")

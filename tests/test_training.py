@@ -32,12 +32,7 @@ TINY = {
 }
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _smooth_faces(n: int, r: int = 64, seed: int = 0) -> np.ndarray:

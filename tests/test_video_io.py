@@ -26,7 +26,9 @@ from streamdeid.video import (
 )
 from streamdeid.video.encoding import choose_video_encoding
 
-HAMILTON = Path("/work/shared/media/short_hamilton_clip.mp4")
+from conftest import MEDIA  # noqa: E402
+
+HAMILTON = MEDIA / "short_hamilton_clip.mp4"
 VFR_PTS = [0, 1, 3, 4, 7]
 
 
