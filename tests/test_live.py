@@ -303,15 +303,18 @@ class _KeepOriginals:
         self.originals: dict[int, np.ndarray] = {}
         self.emitted: list[int] = []
 
-    @property
-    def fallbacks(self) -> int:
-        return self.inner.fallbacks
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)  # counters, anonymizer, paste_seconds
 
     def render(self, result):
-        if result.frame.index % self.every == 0:
-            self.originals[result.frame.index] = result.frame.image.copy()
-        self.emitted.append(result.frame.index)
-        return self.inner.render(result)
+        return self.render_many([result])[0]
+
+    def render_many(self, results):
+        for result in results:
+            if result.frame.index % self.every == 0:
+                self.originals[result.frame.index] = result.frame.image.copy()
+            self.emitted.append(result.frame.index)
+        return self.inner.render_many(results)
 
 
 def _decode_segments(paths: list[Path]) -> list[tuple[list[int], list[np.ndarray | None], list[int]]]:
