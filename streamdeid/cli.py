@@ -102,9 +102,11 @@ def run(input: str, output: str | None, overwrite: bool, method: str, model_path
     """Anonymize every face in INPUT.
 
     INPUT is a video file (mp4, mkv, mov, avi, webm, gif), an image, a folder
-    of them, or - for a video stream on stdin (then -o is required), e.g.
-    ffmpeg -i cam.mp4 -f matroska - | streamdeid run - -o out.mkv
-    OUTPUT may be - (MPEG-TS on stdout) or rtsp://... (a push).
+    of them, or - for a video stream on stdin (then -o is required). OUTPUT
+    may also be - (MPEG-TS on stdout) or rtsp://... (a push).
+
+    \b
+      ffmpeg -i cam.mp4 -f matroska - | streamdeid run - -o out.mkv
 
     \b
     Live feeds (rtsp://, /dev/video0) run with a latency bound, reconnect
