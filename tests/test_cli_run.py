@@ -213,3 +213,27 @@ def test_unexpected_error_is_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path:
     result = CliRunner().invoke(main, ["run", str(src)])
     assert result.exit_code == 1
     assert result.output.count("\n") == 1 and "internal error: RuntimeError: something broke" in result.output
+
+
+def test_live_mode_passes_audio_through(tmp_path: Path, media: Path) -> None:
+    """A live feed with audio (here stdin, forced live) keeps its audio in the recording."""
+    src = tmp_path / "ham.mkv"
+    with av.open(str(media / "short_hamilton_clip.mp4")) as i, av.open(str(src), "w") as o:
+        streams = {s.index: o.add_stream_from_template(s) for s in i.streams}
+        video_t, audio_t = [], []
+        for p in i.demux():
+            if p.dts is None:
+                continue
+            (audio_t if p.stream.type == "audio" else video_t).append(float(p.pts * p.time_base))
+            p.stream = streams[p.stream.index]
+            o.mux(p)
+    # A live recording starts with its first video frame: audio before it is not kept.
+    n_audio = sum(min(video_t) <= t <= max(video_t) for t in audio_t)
+    out = tmp_path / "live.mp4"
+    proc = run_cli("run", "-", "--live", "-o", str(out), "--max-latency", "60", "--stats-interval", "0",
+                   input=src.read_bytes())
+    assert proc.returncode == 0, _err_line(proc)
+    with av.open(str(out)) as c:
+        assert c.streams.audio and c.streams.audio[0].codec_context.name == "aac"
+        got = sum(1 for p in c.demux(c.streams.audio[0]) if p.size)
+    assert got >= 0.97 * n_audio  # copied through, packet for packet

@@ -52,6 +52,7 @@ class SegmentVault(Protocol):
 
 VaultFactory = Callable[[Path], SegmentVault]
 MAX_SEGMENTS = 10_000_000  # bound on the segment counter (pattern width)
+MAX_EARLY_AUDIO = 2000  # audio packets held until the first video frame (about 40 s of AAC)
 
 
 def segment_path(output: str | Path, index: int) -> Path:
@@ -101,6 +102,7 @@ class SegmentRecorder:
         self.vault_factory = None if self.stream else vault_factory
         self._vault: SegmentVault | None = None
         self._segment_frames = 0  # frames in the open segment
+        self._early_audio: list[AudioPacket] = []  # audio that came before the first frame
         self.segments: list[Path] = []  # finished segment files (or the stream path)
         self.frames_written = 0
         self._writer: VideoWriter | None = None
@@ -134,8 +136,14 @@ class SegmentRecorder:
         return float((frame.pts - (self._start or 0)) * Fraction(frame.time_base)) >= self.segment_time
 
     def _write_audio(self, item: AudioPacket) -> None:
-        if self._writer is None or item.packet.pts is None or item.packet.time_base is None:
-            return  # audio before the first frame of a segment has nowhere to go yet
+        if item.packet.pts is None or item.packet.time_base is None:
+            return
+        if self._writer is None:
+            # Audio outruns video (the video waits in the look-ahead buffer and
+            # the detector): hold it until the first frame opens the segment.
+            if len(self._early_audio) < MAX_EARLY_AUDIO:
+                self._early_audio.append(item)
+            return
         shift = round((self._start or 0) * Fraction(self.template.time_base) / item.packet.time_base)
         pts = item.packet.pts - shift
         if pts < 0:
@@ -171,6 +179,9 @@ class SegmentRecorder:
         self._start = frame.pts if not self.stream or self._start is None else self._start
         if self.on_open is not None:
             self.on_open(path)
+        early, self._early_audio = self._early_audio, []
+        for item in early:  # packets before this segment's first frame are dropped there
+            self._write_audio(item)
 
     def _finish_segment(self, success: bool) -> None:
         writer, self._writer = self._writer, None
