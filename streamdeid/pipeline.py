@@ -279,9 +279,13 @@ class ThreadedSink:
 
     def close(self) -> None:
         """Wait for every queued item to be written; re-raise an encoder error."""
-        if self._worker.is_alive():
-            self._q.put(_END)
-            self._worker.join()
+        while self._worker.is_alive():  # the encoder may die while the queue is full
+            try:
+                self._q.put(_END, timeout=0.1)
+                break
+            except queue.Full:
+                continue
+        self._worker.join()
         if self._worker.error is not None:
             err = self._worker.error
             if isinstance(err, StreamdeidError):

@@ -63,6 +63,22 @@ class _LossMixin:
     def adv(self, fake: torch.Tensor) -> torch.Tensor:
         return L.g_nonsat(self.D(self.aug(fake)))
 
+    def adversarial_step(self, real, make_fake, terms: dict, w: dict, step: int) -> dict[str, float]:
+        """Discriminator update on ``make_fake()`` and its adversarial term (when
+        weighted), then one generator step on the weighted ``terms``."""
+        out = {}
+        if self.D is not None and w.get("adv", 0) > 0:
+            fake = make_fake()
+            out = self.d_update(real, fake, step)
+            terms["adv"] = self.adv(fake)
+        return self.generator_step(terms, w, out)
+
+    def generator_step(self, terms: dict, w: dict, out: dict) -> dict[str, float]:
+        """Optimise the weighted sum of ``terms``; the step's log record."""
+        loss = _sum(terms, w)
+        self.gen_step(loss)
+        return {"loss": float(loss.detach()), **_floats(terms), **out}
+
 
 def _sum(terms: dict[str, torch.Tensor], weights: dict[str, float]) -> torch.Tensor:
     return sum(weights.get(k, 0.0) * v for k, v in terms.items())
@@ -156,9 +172,7 @@ class E4EStage(_LossMixin, Trainer):
             terms["adv"] = self.adv(y)
             if len(fakes) > 1:
                 terms["gen_adv"] = self.adv(fakes[1])
-        loss = _sum(terms, w)
-        self.gen_step(loss)
-        return {"loss": float(loss.detach()), **_floats(terms), **out}
+        return self.generator_step(terms, w, out)
 
     def sample_rows(self, x):
         G = self.G_ema or self.G
@@ -207,14 +221,7 @@ class DisentangleStage(_LossMixin, Trainer):
             terms["id_swap_cos"] = L.cos(e_swap, e_x2).mean().detach()
         if self.parse is not None:
             terms["parse"] = self.parse(y_swap, x1)
-        out = {}
-        if self.D is not None and w.get("adv", 0) > 0:
-            fake = torch.cat([y_swap, y_rec])
-            out = self.d_update(x1, fake, step)
-            terms["adv"] = self.adv(fake)
-        loss = _sum(terms, w)
-        self.gen_step(loss)
-        return {"loss": float(loss.detach()), **_floats(terms), **out}
+        return self.adversarial_step(x1, lambda: torch.cat([y_swap, y_rec]), terms, w, step)
 
     def sample_rows(self, x):
         G = self.G_ema or self.G
@@ -268,14 +275,7 @@ class AnonymizeStage(_LossMixin, Trainer):
         terms["psnr_rec"] = (10 * torch.log10(4.0 / F.mse_loss(r.detach().clamp(-1, 1), x))).detach()
         if self.parse is not None:
             terms["parse"] = (self.parse(a1, x) + self.parse(a2, x)) / 2
-        out = {}
-        if self.D is not None and w.get("adv", 0) > 0:
-            fake = torch.cat([a1, a2, r])
-            out = self.d_update(x, fake, step)
-            terms["adv"] = self.adv(fake)
-        loss = _sum(terms, w)
-        self.gen_step(loss)
-        return {"loss": float(loss.detach()), **_floats(terms), **out}
+        return self.adversarial_step(x, lambda: torch.cat([a1, a2, r]), terms, w, step)
 
     def sample_rows(self, x):
         G = self.G_ema or self.G

@@ -52,22 +52,22 @@ def _as_master(master) -> bytes:
     return raw
 
 
-def _as_key32(key, what: str = "track key") -> bytes:
-    if not isinstance(key, (bytes, bytearray, memoryview)):
-        raise TypeError(f"expected a {what} as bytes, got {type(key).__name__}")
-    raw = bytes(key)
-    if len(raw) != KEY_LEN:
-        raise ValueError(f"a {what} is {KEY_LEN} bytes, got {len(raw)}")
+def _fixed_bytes(value, length: int, what: str) -> bytes:
+    """``value`` as bytes of exactly ``length``; TypeError/ValueError naming ``what`` otherwise."""
+    if not isinstance(value, (bytes, bytearray, memoryview)):
+        raise TypeError(f"{what} must be bytes, got {type(value).__name__}")
+    raw = bytes(value)
+    if len(raw) != length:
+        raise ValueError(f"{what} must be {length} bytes, got {len(raw)}")
     return raw
 
 
+def _as_key32(key, what: str = "track key") -> bytes:
+    return _fixed_bytes(key, KEY_LEN, f"a {what}")
+
+
 def check_video_id(video_id) -> bytes:
-    if not isinstance(video_id, (bytes, bytearray, memoryview)):
-        raise TypeError(f"video_id must be bytes, got {type(video_id).__name__}")
-    vid = bytes(video_id)
-    if len(vid) != VIDEO_ID_LEN:
-        raise ValueError(f"video_id must be {VIDEO_ID_LEN} bytes, got {len(vid)}")
-    return vid
+    return _fixed_bytes(video_id, VIDEO_ID_LEN, "video_id")
 
 
 def check_track_id(track_id) -> int:

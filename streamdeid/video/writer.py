@@ -37,7 +37,7 @@ from streamdeid.video.encoding import (
     output_format,
     pick_audio_encoder,
 )
-from streamdeid.video.reader import AudioPacket, ColorInfo
+from streamdeid.video.reader import AudioPacket, ColorInfo, redact_url
 
 log = logging.getLogger(__name__)
 
@@ -318,7 +318,11 @@ class VideoWriter:
         try:
             self._container.mux(packets)
         except _AV_ERRORS as exc:
-            raise StreamdeidError(f"writing {self.partial_path} failed: {_reason(exc)}") from None
+            raise StreamdeidError(f"{self._destination()} failed: {_reason(exc)}") from None
+
+    def _destination(self) -> str:
+        """What a write error names."""
+        return f"writing {self.partial_path}"
 
     # ---------------------------------------------------------- shutdown
     def _flush_encoders(self) -> None:
@@ -416,7 +420,7 @@ class StreamWriter(VideoWriter):
             else:
                 self._container = av.open(target, mode="w", format=fmt, options=opts, timeout=timeout)
         except _AV_ERRORS as exc:
-            raise StreamdeidError(f"cannot open output {_redact(target)}: {_reason(exc)}") from None
+            raise StreamdeidError(f"cannot open output {redact_url(target)}: {_reason(exc)}") from None
         try:
             self._video = self._add_video_stream(self._encoding)
             self._add_audio_stream(template.audio_stream)
@@ -440,18 +444,15 @@ class StreamWriter(VideoWriter):
         except StreamdeidError as exc:
             if success:
                 raise
-            log.warning("ending %s: %s", _redact(self.target), exc)
+            log.warning("ending %s: %s", redact_url(self.target), exc)
         return self.path if success else None
 
     def abort_keep_partial(self) -> Path:
         self.close(success=False)
         return self.path
 
-    def _mux(self, packets: av.Packet | list[av.Packet]) -> None:
-        try:
-            self._container.mux(packets)
-        except _AV_ERRORS as exc:
-            raise StreamdeidError(f"pushing to {_redact(self.target)} failed: {_reason(exc)}") from None
+    def _destination(self) -> str:
+        return f"pushing to {redact_url(self.target)}"
 
     def _discard(self) -> None:
         self._closed = True
@@ -476,10 +477,6 @@ def open_writer(
     if is_stream_output(str(target)):
         return StreamWriter(str(target), template, config, container=stream_container, options=stream_options)
     return VideoWriter(target, template, config)
-
-
-def _redact(url: str) -> str:
-    return re.sub(r"(://[^/:@]+):[^/@]*@", r"\\1:***@", str(url))
 
 
 def write_image(path: str | os.PathLike[str], image: np.ndarray, overwrite: bool = False) -> Path:
