@@ -14,6 +14,9 @@ the docstrings of ``streamdeid.eval.faces`` and ``streamdeid.eval.video``.
 A reversible method (``dbaf``) plugs in by name once it is registered with
 ``streamdeid.anonymize.register_anonymizer`` and its inverse with
 ``streamdeid.eval.register_recoverer``; keys come from FaceContext.key.
+``dbaf`` uses the shipped weights (or ``--model``) with the pipeline's leak
+guard, as users get it; ``dbaf-raw`` is the generator alone (leak guard off),
+which is what the model card's targets are about.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import numpy as np
 from tqdm import tqdm
 
 from streamdeid.anonymize import create_anonymizer
-from streamdeid.config import AnonymizeConfig
+from streamdeid.config import AnonymizeConfig, PipelineConfig
 from streamdeid.eval import PIXEL_RANGE, EvalKeys, create_recognizers, create_recoverer, heldout_files
 from streamdeid.eval.faces import FaceEvaluator, image_files, load_face_set
 from streamdeid.eval.report import bar_panel, face_grid, figure, markdown, write_json
@@ -54,13 +57,24 @@ class IdentityAnonymizer:
         return np.array(crops, copy=True)
 
 
+def method_config(spec: str, model: str | None) -> AnonymizeConfig:
+    """``blur`` etc.; ``NAME-raw``: NAME with the leak guard off; ``--model`` applies to dbaf."""
+    name, raw = (spec[:-4], True) if spec.endswith("-raw") else (spec, False)
+    cfg = AnonymizeConfig(method=name, leak_guard=not raw)
+    if name == "dbaf" and model:
+        cfg.model_path = model
+    return cfg
+
+
 def bar(it=None, **kw):
     return tqdm(it, dynamic_ncols=True, **kw)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--anonymizers", default="blur,mosaic,solid", help="comma-separated method names")
+    ap.add_argument("--anonymizers", default="blur,mosaic,solid",
+                    help="comma-separated method names; NAME-raw turns the leak guard off (e.g. dbaf-raw)")
+    ap.add_argument("--model", help="dbaf: generator file (default: the shipped weights)")
     ap.add_argument("--faces", default=None, help="folder of face images (default: held-out UTKFace split)")
     ap.add_argument("--pad", type=float, default=0.25,
                     help="black border (fraction of the image) around --faces images; tight crops need it (default 0.25)")
@@ -82,8 +96,12 @@ def main(argv=None) -> int:
     methods = [m.strip() for m in args.anonymizers.split(",") if m.strip()]
     anonymizers = {}
     for m in methods:
-        cfg = AnonymizeConfig(method=m)
-        anonymizers[m] = (create_anonymizer(cfg), cfg, create_recoverer(cfg))
+        cfg = method_config(m, args.model)
+        try:
+            anonymizers[m] = (create_anonymizer(cfg), cfg, create_recoverer(cfg))
+        except StreamdeidError as exc:
+            print(f"error: {m}: {exc}", file=sys.stderr)
+            return 1
 
     from streamdeid.identity import SFace
     sface = SFace(threads=args.threads)
@@ -144,7 +162,9 @@ def main(argv=None) -> int:
         per_method = {m: [] for m in methods}
         for clip in bar(video_paths, desc="videos"):
             for m in methods:
-                per_method[m].append(evaluate_clip(clip, m, work / m, sface, detections=dets[str(clip)]))
+                pcfg = PipelineConfig(anonymize=anonymizers[m][1])
+                per_method[m].append(evaluate_clip(clip, pcfg.anonymize.method, work / m, sface,
+                                                   detections=dets[str(clip)], config=pcfg))
         for m in methods:
             vrows.append({"method": m, "pooled": pool(per_method[m]), "clips": per_method[m]})
         report["videos"] = {"files": [str(p) for p in video_paths], "methods": vrows}

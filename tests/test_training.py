@@ -20,6 +20,7 @@ from training.optim import Lookahead, build_optimizer  # noqa: E402
 from training.config import OptimConfig  # noqa: E402
 from training.stages import STAGE_CLASSES  # noqa: E402
 from training.trainer import latest_state, load_state  # noqa: E402
+from streamdeid.types import StreamdeidError  # noqa: E402
 
 DATASET = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "utkface-crops" / "images"
 
@@ -156,7 +157,7 @@ def test_resume_reproduces_next_steps(tiny_env, tmp_path):
     assert load_state(latest_state(tmp_path / "b" / "reconstruct"))["step"] == 4
 
 
-def test_stage_chain_and_export_roundtrip(tiny_env, tmp_path):
+def test_stage_chain_and_export_roundtrip(tiny_env, tmp_path, monkeypatch):
     root, cfg_file, data = tiny_env
     run = tmp_path / "run"
     common = ["--data", str(data), "--run", str(run), "--config", str(cfg_file), "--steps", "1"]
@@ -185,6 +186,16 @@ def test_stage_chain_and_export_roundtrip(tiny_env, tmp_path):
         ref = DBAFRuntime(model)(x, p).numpy()
     got = OnnxRuntimeBackend(out / "dbaf64.onnx", intra_op_threads=1).run(x.numpy(), p.numpy())
     assert np.abs(got - ref).max() <= 1e-3
+
+    # the manifest's "models" section is what the runtime resolves (and sha256-checks) by backend
+    from streamdeid.anonymize import dbaf as dbaf_mod
+
+    monkeypatch.setattr(dbaf_mod, "WEIGHTS_DIR", out)
+    assert dbaf_mod.resolve_model_path(None, "onnxrt") == out / "dbaf64.onnx"
+    assert dbaf_mod.resolve_model_path(None, "torch") == out / "dbaf64.safetensors"
+    (out / "dbaf64.onnx").write_bytes((out / "dbaf64.onnx").read_bytes() + b"\0")
+    with pytest.raises(StreamdeidError, match="sha256"):
+        dbaf_mod.resolve_model_path(None, "onnxrt")
 
 
 # --------------------------------------------------------------------- held-out

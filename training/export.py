@@ -4,10 +4,11 @@ The output directory (``--out``, default ``RUN/weights``) receives::
 
     dbaf{R}.safetensors   streamdeid.models.io checkpoint (strict keys/shapes, model_args header)
     dbaf{R}.onnx          G(x, P) with fixed noise, dynamic batch, parity-checked against torch
-    manifest.json         sha256 and size of both files, model args, source run, licence note
+    manifest.json         sha256 and size of both files, model args, source run, licence note,
+                          and ``models``: the file each runtime backend loads (onnxrt, torch)
 
-Nothing is written into the streamdeid package: copying a milestone into
-``streamdeid/weights/`` is a separate, reviewed step.
+``--out streamdeid/weights`` writes the package's shipped default directly
+(the runtime checks each file against the manifest's sha256 before loading it).
 """
 
 from __future__ import annotations
@@ -104,6 +105,9 @@ def export(run_root: str | Path, out_dir: str | Path | None = None, *, init: str
         "files": {p.name: {"sha256": sha256_file(p), "bytes": p.stat().st_size,
                            "kind": "onnx" if p.suffix == ".onnx" else "safetensors"} for p in (st_path, onnx_path)},
     }
+    # what streamdeid.anonymize.dbaf.resolve_model_path reads: one file per backend
+    manifest["models"] = {backend: {"file": p.name, "sha256": manifest["files"][p.name]["sha256"]}
+                          for backend, p in (("onnxrt", onnx_path), ("torch", st_path))}
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True), encoding="utf-8")
     log(f"export: {src} -> {out} (stage {info['stage']}, step {info['step']}, ONNX parity {diff:.1e})")
     return manifest

@@ -102,5 +102,14 @@ def keyless(anonymizer, crops: np.ndarray, keys: EvalKeys) -> bool:
     return bool(np.array_equal(a, b))
 
 
+def _dbaf_recoverer(cfg: AnonymizeConfig) -> RecoverFn:
+    """DBAF model mode: X_rec = G(X_ano, P), the same generator with the track's P."""
+    from ..anonymize.dbaf import DBAFAnonymizer
+
+    return DBAFAnonymizer(cfg.model_path, cfg.backend, threads=cfg.threads).recover
+
+
+register_recoverer("dbaf", _dbaf_recoverer)
+
 __all__ = ["RECOVERERS", "EvalKeys", "RecoverFn", "create_recoverer", "keyless", "register_recoverer",
            "vault_round_trip"]
