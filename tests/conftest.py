@@ -90,3 +90,15 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+def trained_kria(model):
+    """Give a fresh DBAF's residual KRIA (cpu-small starts it as the identity) a non-zero last
+    layer, as training does; otherwise G(x, P) ignores P. Returns the model."""
+    import torch
+
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for blk in model.kria.blocks:
+            blk.net[-1].weight.copy_(torch.randn(blk.net[-1].weight.shape, generator=g))
+    return model

@@ -23,7 +23,7 @@ from streamdeid.pipeline import RunSummary
 from streamdeid.render import FrameRenderer
 from streamdeid.types import FaceContext, Frame, FrameResult, TrackedFace
 
-from conftest import decode, make_video
+from conftest import decode, make_video, trained_kria
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxruntime")
@@ -51,7 +51,7 @@ def dbaf_files(tmp_path_factory) -> dict:
     torch.set_num_threads(1)
     try:
         torch.manual_seed(0)
-        model = DBAF(DBAFConfig.preset("cpu-small", 64)).eval()
+        model = trained_kria(DBAF(DBAFConfig.preset("cpu-small", 64))).eval()
         d = tmp_path_factory.mktemp("dbaf")
         onnx_path = export.export_dbaf(model, d / "dbaf64.onnx")
         ckpt = d / "dbaf64.safetensors"

@@ -19,6 +19,8 @@ from streamdeid.models import DBAFConfig  # noqa: E402
 from streamdeid.models.dbaf import DBAF, DBAFRuntime  # noqa: E402
 from streamdeid.models.io import save_checkpoint  # noqa: E402
 
+from conftest import trained_kria  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -35,7 +37,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 @pytest.fixture(scope="module")
 def model() -> DBAF:
     torch.manual_seed(0)
-    m = DBAF(DBAFConfig.preset("cpu-small", 64)).eval()
+    m = trained_kria(DBAF(DBAFConfig.preset("cpu-small", 64))).eval()
     with torch.no_grad():  # open the MAAR gates and noise so the exported graph exercises every path
         for inj in m.decoder.injections.values():
             inj.gate.fill_(0.3)

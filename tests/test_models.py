@@ -23,6 +23,8 @@ from streamdeid.models.io import (  # noqa: E402
 from streamdeid.models.layers import ModulatedConv2d, StyledConv, ToRGB  # noqa: E402
 from streamdeid.models.stylegan2 import Decoder, Discriminator  # noqa: E402
 
+from conftest import trained_kria  # noqa: E402
+
 R = 64
 
 
@@ -37,7 +39,7 @@ def cfg() -> DBAFConfig:
 @pytest.fixture(scope="module")
 def model(cfg) -> DBAF:
     torch.manual_seed(0)
-    return DBAF(cfg).eval()
+    return trained_kria(DBAF(cfg)).eval()
 
 
 def _inputs(cfg, b=2, seed=0):
@@ -130,7 +132,7 @@ def test_maar_shapes(cfg):
 
 
 def test_kria_deterministic_and_key_sensitive(cfg):
-    kria = KRIA(cfg)
+    kria = KRIA(DBAFConfig.from_dict({**cfg.to_dict(), "kria_residual": False}))  # the paper's plain form
     attrs = [torch.randn(2, n, cfg.w_dim) for n in cfg.split]
     idents = [torch.randn(2, n, cfg.w_dim) for n in cfg.split]
     p1 = [torch.randn(2, n, cfg.w_dim) for n in cfg.split]
@@ -141,6 +143,22 @@ def test_kria_deterministic_and_key_sensitive(cfg):
     assert all(torch.equal(u, v) for u, v in zip(a, b))
     assert all((u - v).abs().max() > 1e-3 for u, v in zip(a, c))
     assert all(len([m for m in blk.net]) == cfg.kria_layers for blk in kria.blocks)
+
+
+def test_residual_kria_starts_as_identity_and_learns_a_key(cfg):
+    """cpu-small's residual KRIA: untrained, G(x, P) is the reconstruction whatever P; once its
+    last layer moves, the key matters again."""
+    torch.manual_seed(0)
+    m = DBAF(cfg).eval()
+    assert cfg.kria_residual
+    x, p = _inputs(cfg)
+    with torch.no_grad():
+        codes, feats = m.encode(x)
+        rec = m.decode(codes, feats)
+        torch.testing.assert_close(m(x, p), rec)
+        torch.testing.assert_close(m(x, torch.randn_like(p)), rec)
+        trained_kria(m)
+        assert (m(x, p) - m(x, torch.randn_like(p))).abs().max() > 1e-3
 
 
 # ----------------------------------------------------------------------------- G(x, P)
@@ -169,7 +187,8 @@ def test_g_pieces_compose(model, cfg):
 
 
 def test_g_backward_reaches_every_module(cfg):
-    m = DBAF(cfg)
+    # (with an untrained residual KRIA, C_hat = A + I = C and CID gets no gradient: train it first)
+    m = trained_kria(DBAF(cfg))
     for inj in m.decoder.injections.values():
         inj.gate.data.fill_(0.5)
     x, p = _inputs(cfg)

@@ -198,6 +198,31 @@ def test_stage_chain_and_export_roundtrip(tiny_env, tmp_path, monkeypatch):
         dbaf_mod.resolve_model_path(None, "onnxrt")
 
 
+def test_anonymize_from_a_plain_kria_checkpoint_starts_kria_as_identity(tiny_env, tmp_path):
+    """A disentangle checkpoint trained with the paper's plain KRIA (never trained before stage 2)
+    initialises a residual-KRIA anonymize run: the untrained KRIA is reset to the identity, so the
+    first anonymized faces are reconstructions, not decoded noise. Any other config change is refused."""
+    root, cfg_file, data = tiny_env
+    run = tmp_path / "run"
+    plain = tmp_path / "plain.json"
+    plain.write_text(json.dumps({**TINY, "model": {**TINY["model"], "kria_residual": False}}))
+    common = ["--data", str(data), "--run", str(run), "--steps", "1"]
+    assert cli.main(["reconstruct", *common, "--config", str(plain), "--init", "none"]) == 0
+    assert cli.main(["disentangle", *common, "--config", str(plain)]) == 0
+    trainer = STAGE_CLASSES["anonymize"](_cfg(cfg_file), run, data, init=str(run / "disentangle"), log=lambda m: None)
+    assert trainer.mcfg.kria_residual
+    G = trainer.G.eval()
+    x = torch.rand(2, 3, 64, 64) * 2 - 1
+    with torch.no_grad():
+        codes, feats = G.encode(x)
+        torch.testing.assert_close(G(x, torch.randn(2, *G.cfg.key_shape)), G.decode(codes, feats))
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({**TINY, "model": {**TINY["model"], "kria_layers": 4}}))
+    with pytest.raises(ValueError, match="model config differs"):
+        STAGE_CLASSES["anonymize"](resolve("cpu-small", other), run, data, init=str(run / "disentangle"),
+                                   log=lambda m: None)
+
+
 # --------------------------------------------------------------------- held-out
 def test_training_refuses_heldout_files(tiny_env, tmp_path):
     from streamdeid.eval.heldout import heldout_names

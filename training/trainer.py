@@ -189,19 +189,34 @@ class Trainer:
             from streamdeid.models.io import check_state_dict, read_checkpoint_header
 
             header = read_checkpoint_header(path)
-            if header["model_args"] != self.mcfg.to_dict():
-                raise ValueError(f"--init {path}: model config differs from this run's")
+            saved = self._check_init_config(path, header["model_args"])
             sd = load_file(str(path))
             check_state_dict(self.G.state_dict(), sd)
             self.G.load_state_dict(sd)
         else:
             state = load_state(path)
-            if json.loads(state["model_args"]) != self.mcfg.to_dict():
-                raise ValueError(f"--init {path}: model config differs from this run's")
+            saved = self._check_init_config(path, json.loads(state["model_args"]))
             self.G.load_state_dict(state["g_ema"] if state.get("g_ema") else state["g"])
             if self.D is not None and state.get("d"):
                 self.D.load_state_dict(state["d"])
+        if self.mcfg.kria_residual and not saved.kria_residual:
+            # the earlier stages never train KRIA: start it as the identity, not from their random weights
+            for blk in self.G.kria.blocks:  # (G_ema is copied from G after this)
+                blk.reset_residual()
+            self.log(f"{self.name}: KRIA switched to the residual form, starting as the identity")
         self.log(f"{self.name}: initialised from {path}")
+
+    def _check_init_config(self, path: Path, saved_args: dict):
+        """The init checkpoint's DBAFConfig; it must equal this run's except in shape-neutral fields."""
+        from streamdeid.models.config import DBAFConfig
+
+        saved = DBAFConfig.from_dict(saved_args)
+        a, b = saved.to_dict(), self.mcfg.to_dict()
+        for k in DBAFConfig.SHAPE_NEUTRAL:
+            a.pop(k), b.pop(k)
+        if a != b:
+            raise ValueError(f"--init {path}: model config differs from this run's")
+        return saved
 
     # ---------------------------------------------------------- checkpoint
     def state_dict(self) -> dict:

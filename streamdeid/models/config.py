@@ -60,6 +60,12 @@ class DBAFConfig:
     maar_reduction: int = 8  # channel-attention MLP reduction ratio in MAAR (eq. 6)
     maar_kernel: int = 7  # spatial-attention conv kernel size in MAAR (eq. 7)
     kria_layers: int = 7  # EqualLinear layers of each KRIA block (eq. 19-23)
+    # KRIA as I + f([P, I]) with f's last layer zero-initialised, so an untrained
+    # KRIA passes the identity through (G(x, P) starts as a reconstruction) instead
+    # of sending the decoder random codes. Same parameters as the paper's plain
+    # f([P, I]) (False); the cpu-small preset uses it because its short stage 2
+    # cannot afford the steps a random KRIA spends before outputs are faces again.
+    kria_residual: bool = False
     lr_mlp: float = 0.01  # learning-rate multiplier of the mapping network (StyleGAN2 default)
     noise_seed: int = 0  # seed of the fixed noise buffers used when noise is not randomized (export, inference)
 
@@ -111,6 +117,9 @@ class DBAFConfig:
         d["channels"] = {str(k): v for k, v in self.channels.items()}
         return d
 
+    #: fields that change no parameter's shape: weights trained under one value load under the other
+    SHAPE_NEUTRAL = ("kria_residual",)
+
     @classmethod
     def from_dict(cls, d: dict) -> "DBAFConfig":
         known = {f.name for f in fields(cls)}
@@ -123,7 +132,7 @@ class DBAFConfig:
     def preset(cls, name: str, resolution: int) -> "DBAFConfig":
         """``cpu-small`` (64/128 px, ~4-5 M params) or ``paper`` (StyleGAN2 widths, w_dim 512)."""
         if name == "cpu-small":
-            return cls(resolution=resolution)
+            return cls(resolution=resolution, kria_residual=True)
         if name == "paper":
             return cls(
                 resolution=resolution,

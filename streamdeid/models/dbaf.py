@@ -110,23 +110,34 @@ class MAAR(nn.Module):
 class KRIABlock(nn.Module):
     """Key-Related Identity Anonymization for one level: [P_l, I_l] -> I'_l, row-wise MLP (eq. 19-21)."""
 
-    def __init__(self, w_dim: int, n_layers: int):
+    def __init__(self, w_dim: int, n_layers: int, residual: bool = False):
         super().__init__()
         layers = [EqualLinear(2 * w_dim, w_dim, activation=True)]
         layers += [EqualLinear(w_dim, w_dim, activation=True) for _ in range(n_layers - 2)]
         layers += [EqualLinear(w_dim, w_dim)]
         self.net = nn.Sequential(*layers)
+        self.residual = residual
+        if residual:
+            self.reset_residual()
+
+    def reset_residual(self) -> None:
+        """Zero the last layer: the block then returns ``ident`` unchanged (residual form)."""
+        with torch.no_grad():
+            self.net[-1].weight.zero_()
+            self.net[-1].bias.zero_()
 
     def forward(self, p: torch.Tensor, ident: torch.Tensor) -> torch.Tensor:  # [B, n, D] x2 -> [B, n, D]
-        return self.net(torch.cat([p, ident], dim=-1))
+        out = self.net(torch.cat([p, ident], dim=-1))
+        return ident + out if self.residual else out
 
 
 class KRIA(nn.Module):
-    """One KRIABlock per level; C_hat_l = A_l + KRIA_l([P_l, I_l]) (eq. 22-23)."""
+    """One KRIABlock per level; C_hat_l = A_l + KRIA_l([P_l, I_l]) (eq. 22-23)
+    (residual form: A_l + I_l + f_l([P_l, I_l]), see ``DBAFConfig.kria_residual``)."""
 
     def __init__(self, cfg: DBAFConfig):
         super().__init__()
-        self.blocks = nn.ModuleList([KRIABlock(cfg.w_dim, cfg.kria_layers) for _ in range(3)])
+        self.blocks = nn.ModuleList([KRIABlock(cfg.w_dim, cfg.kria_layers, cfg.kria_residual) for _ in range(3)])
 
     def forward(self, keys: list[torch.Tensor], attrs: list[torch.Tensor],
                 idents: list[torch.Tensor]) -> list[torch.Tensor]:
