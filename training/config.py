@@ -208,7 +208,13 @@ def preset(name: str) -> TrainConfig:
     if name == "cpu-small":
         # 64 px, ~4.3 M-parameter generator, Ranger lr raised to 5e-4 because the CPU budget
         # allows ~10^3 steps per stage instead of the paper's ~10^5.
-        return TrainConfig(preset=name, resolution=64, batch=8, stages=default_stages(5e-4),
+        stages = default_stages(5e-4)
+        # Stage 2 trains only KRIA, from the identity (residual form). RAdam's variance warm-up
+        # (beta2 0.999) and Lookahead's halving left it at about 0.2 x lr for the first 100 steps:
+        # measured here, SFace cosine of anonymized vs original did not move in 90 steps. Plain
+        # Adam moves it from the first step, which a ~10^3-step budget needs.
+        stages["anonymize"].g_optim = OptimConfig(name="adam", lr=1e-3, betas=(0.9, 0.99))
+        return TrainConfig(preset=name, resolution=64, batch=8, stages=stages,
                            threads=0, ckpt_every=250, ckpt_minutes=5.0, sample_every=100)
     if name == "paper":
         stages = default_stages(1e-4)
