@@ -63,7 +63,7 @@ def main(verbose: bool) -> None:
 @click.argument("input", metavar="INPUT")
 @click.option("-o", "--output", type=click.Path(dir_okay=True), help="Output file or folder. Default: <stem>_anonymized.<ext> beside the input.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
-@click.option("--anonymizer", "method", type=click.Choice(["blur", "mosaic", "solid", "dbaf"]), default="blur", show_default=True, help="How faces are replaced. dbaf: a generated face per person, reversible with the key (needs --model until trained weights ship).")
+@click.option("--anonymizer", "method", type=click.Choice(["blur", "mosaic", "solid", "dbaf"]), default="dbaf", show_default=True, help="How faces are replaced. dbaf: a generated face per person (the shipped 64 px model, or --model), checked by the leak guard and reversible with the key; blur/mosaic/solid: classic covers, faster.")
 @click.option("--model", "model_path", type=click.Path(dir_okay=False), default=None, help="dbaf: generator file (.onnx for onnxrt, .safetensors for torch, .engine for tensorrt). Default: the shipped weights.")
 @click.option("--backend", type=click.Choice(["onnxrt", "torch", "tensorrt"]), default="onnxrt", show_default=True, help="dbaf: what runs the generator (ONNX Runtime on CPU by default).")
 @click.option("--leak-threshold", type=click.FloatRange(0.05, 0.363), default=None, help="dbaf: SFace similarity at which the leak guard switches a track to solid fill (default 0.363; lower is stricter).")
@@ -156,9 +156,9 @@ def run(input: str, output: str | None, overwrite: bool, method: str, model_path
         return
     result = anonymize(input, output, config, key_file=key_file, new_key=new_key, vault=not no_vault,
                        store_crops=not no_crops)
-    click.echo(f"streamdeid: {result.summary.line()} -> {result.output}", err=True)
+    click.echo(f"streamdeid: {result.summary.line()} ({config.anonymize.method}) -> {result.output}", err=True)
     if result.vault is not None:
-        how = f" --mode model --model {model_path}" if no_crops else ""
+        how = (" --mode model" + (f" --model {model_path}" if model_path else "")) if no_crops else ""
         click.echo(f"streamdeid: recovery vault {result.vault} (recover with `streamdeid recover"
                    f" {result.output} --key-file {key_file}{how} -o OUT`)", err=True)
     else:
@@ -195,7 +195,7 @@ def _run_live(source: str, output: str | None, config: PipelineConfig, live, *, 
     except LiveSourceLost as exc:
         click.echo(f"streamdeid: error: {exc}", err=True)
         sys.exit(3)
-    click.echo(f"streamdeid: {summary.line()} -> {output}", err=True)
+    click.echo(f"streamdeid: {summary.line()} ({config.anonymize.method}) -> {output}", err=True)
     sys.exit(summary.exit_code)
 
 

@@ -42,7 +42,7 @@ class AlignConfig:
 
 @dataclass
 class AnonymizeConfig:
-    method: str = "blur"  # blur | mosaic | solid | dbaf (dbaf needs model_path until trained weights ship)
+    method: str = "dbaf"  # dbaf (shipped weights, see docs/MODEL_CARD.md) | blur | mosaic | solid
     # blur: Gaussian sigma as a fraction of the crop size; mosaic: cells per side.
     # Chosen with streamdeid.identity.leakcheck on short_hamilton_clip.mp4 (748
     # faces): blur 0.12 leaked 7, 0.16 1, 0.2 none; mosaic 8 cells 43, 5 cells 1.
@@ -51,7 +51,7 @@ class AnonymizeConfig:
     solid_color: tuple[int, int, int] = (128, 128, 128)  # BGR
     # dbaf: the exported generator (.onnx for onnxrt, .safetensors for torch,
     # .engine/.plan for tensorrt). None: the shipped default in
-    # streamdeid/weights/ (manifest.json with sha256); none ships yet.
+    # streamdeid/weights/ (manifest.json with sha256).
     model_path: str | None = None
     backend: str = "onnxrt"  # onnxrt | torch | tensorrt
     threads: int = 0  # generator intra-op threads (0: the backend's default)

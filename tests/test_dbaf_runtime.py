@@ -8,6 +8,7 @@ quality of the faces.
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +22,7 @@ from streamdeid.config import PipelineConfig
 from streamdeid.keys import kria_vector, track_key
 from streamdeid.pipeline import RunSummary
 from streamdeid.render import FrameRenderer
-from streamdeid.types import FaceContext, Frame, FrameResult, TrackedFace
+from streamdeid.types import FaceContext, Frame, FrameResult, StreamdeidError, TrackedFace
 
 from conftest import decode, make_video, trained_kria
 
@@ -327,15 +328,43 @@ def test_recover_model_mode(dbaf_run, dbaf_files) -> None:
     one_line_error(proc, "geometry only", "--mode model")
 
 
-def test_missing_model_is_a_one_line_error(short_clip, tmp_path) -> None:
-    proc = cli("run", short_clip, "-o", tmp_path / "o.mkv", "--anonymizer", "dbaf", "--no-progress")
-    one_line_error(proc, "no trained DBAF weights ship yet", "--model")
+def test_missing_model_is_a_one_line_error(short_clip, tmp_path, monkeypatch) -> None:
     proc = cli("run", short_clip, "-o", tmp_path / "o.mkv", "--anonymizer", "dbaf", "--model",
                tmp_path / "nope.onnx", "--no-progress")
     one_line_error(proc, "nope.onnx")
     assert not (tmp_path / "o.mkv").exists()
-    proc = cli("run", short_clip, "-o", tmp_path / "o.mkv", "--no-crops", "--no-progress")
+    proc = cli("run", short_clip, "-o", tmp_path / "o.mkv", "--anonymizer", "blur", "--no-crops", "--no-progress")
     one_line_error(proc, "--no-crops")
+    # an installation that lost its shipped weights says so, and names the ways out
+    from streamdeid.anonymize import dbaf as dbaf_mod
+
+    monkeypatch.setattr(dbaf_mod, "WEIGHTS_DIR", tmp_path / "empty")
+    with pytest.raises(StreamdeidError, match="shipped DBAF weights are missing.*--model PATH.*blur"):
+        dbaf_mod.resolve_model_path(None, "onnxrt")
+
+
+def test_shipped_weights_are_the_default(short_clip, tmp_path) -> None:
+    """No --anonymizer, no --model: the shipped generator runs, checked against its manifest."""
+    from streamdeid.anonymize.dbaf import WEIGHTS_DIR, resolve_model_path, sha256_file
+
+    manifest = json.loads((WEIGHTS_DIR / "manifest.json").read_text())
+    path = resolve_model_path(None, "onnxrt")
+    assert sha256_file(path) == manifest["models"]["onnxrt"]["sha256"]
+    out, key = tmp_path / "o.mkv", tmp_path / "k.key"
+    proc = cli("run", short_clip, "-o", out, "--no-progress", "--key-file", key, "--new-key", "--no-crops")
+    assert proc.returncode == 0, proc.stderr
+    assert "(dbaf)" in proc.stderr
+    assert "--mode model" in proc.stderr
+    assert "--model None" not in proc.stderr
+    src, anon = decode(short_clip), decode(out)
+    assert len(anon) == len(src)
+    assert any(not np.array_equal(a, b) for a, b in zip(src, anon))
+    # model-mode recovery finds the same shipped generator without --model
+    rec = tmp_path / "rec.mkv"
+    proc = cli("recover", out, "-o", rec, "--key-file", key, "--mode", "model", "--no-progress")
+    assert proc.returncode == 0, proc.stderr
+    assert "is not the model file" not in proc.stderr
+    assert len(decode(rec)) == len(src)
 
 
 def test_leak_found_mid_batch_covers_the_rest_of_the_batch(obama_faces) -> None:

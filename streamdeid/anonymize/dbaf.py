@@ -14,7 +14,7 @@ R for the generator and back to S.
 
 Model files: an explicit path, or ``None`` for the weights shipped in
 ``streamdeid/weights/`` (``manifest.json`` names one file per backend with its
-sha256). No trained weights ship yet.
+sha256; written by ``python -m training export --out streamdeid/weights``).
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ log = logging.getLogger(__name__)
 WEIGHTS_DIR = Path(__file__).resolve().parents[1] / "weights"
 MANIFEST = "manifest.json"
 BACKEND_NAMES = ("onnxrt", "torch", "tensorrt")
-NO_WEIGHTS = "no trained DBAF weights ship yet; pass --model PATH"
+NO_WEIGHTS = ("the shipped DBAF weights are missing from this installation (streamdeid/weights/manifest.json); "
+              "reinstall, pass --model PATH, or choose --anonymizer blur")
 _P_CACHE = 512  # keys remembered (one per live track is plenty)
 
 
