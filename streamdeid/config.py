@@ -42,7 +42,9 @@ class AlignConfig:
 
 @dataclass
 class AnonymizeConfig:
-    method: str = "dbaf"  # dbaf (shipped weights, see docs/MODEL_CARD.md) | blur | mosaic | solid
+    # blur | mosaic | solid | dbaf (shipped weights; not the default while its measured video leak
+    # rate is above zero: docs/MODEL_CARD.md)
+    method: str = "blur"
     # blur: Gaussian sigma as a fraction of the crop size; mosaic: cells per side.
     # Chosen with streamdeid.identity.leakcheck on short_hamilton_clip.mp4 (748
     # faces): blur 0.12 leaked 7, 0.16 1, 0.2 none; mosaic 8 cells 43, 5 cells 1.

@@ -46,8 +46,7 @@ def test_synthetic_face_video_is_covered_and_timing_kept(tmp_path: Path, media: 
         assert (fb[0].width, fb[0].height) == (fa[0].width, fa[0].height)
     rows = [json.loads(line) for line in (tmp_path / "t.jsonl").read_text().splitlines()]
     assert {r["frame"] for r in rows} == set(range(len(pts)))
-    # the default generator, or solid fill where its leak guard stepped in: never uncovered
-    assert rows and {r["method"] for r in rows} <= {"dbaf", "solid-fallback"}
+    assert rows and all(r["method"] == "blur" for r in rows)
     assert "10 frames" in proc.stderr.decode() and "irreversible" in proc.stderr.decode()
 
 

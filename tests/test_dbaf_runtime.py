@@ -343,15 +343,16 @@ def test_missing_model_is_a_one_line_error(short_clip, tmp_path, monkeypatch) ->
         dbaf_mod.resolve_model_path(None, "onnxrt")
 
 
-def test_shipped_weights_are_the_default(short_clip, tmp_path) -> None:
-    """No --anonymizer, no --model: the shipped generator runs, checked against its manifest."""
+def test_shipped_weights_run_without_model(short_clip, tmp_path) -> None:
+    """--anonymizer dbaf without --model: the shipped generator runs, checked against its manifest."""
     from streamdeid.anonymize.dbaf import WEIGHTS_DIR, resolve_model_path, sha256_file
 
     manifest = json.loads((WEIGHTS_DIR / "manifest.json").read_text())
     path = resolve_model_path(None, "onnxrt")
     assert sha256_file(path) == manifest["models"]["onnxrt"]["sha256"]
     out, key = tmp_path / "o.mkv", tmp_path / "k.key"
-    proc = cli("run", short_clip, "-o", out, "--no-progress", "--key-file", key, "--new-key", "--no-crops")
+    proc = cli("run", short_clip, "-o", out, "--anonymizer", "dbaf", "--no-progress", "--key-file", key, "--new-key",
+               "--no-crops")
     assert proc.returncode == 0, proc.stderr
     assert "(dbaf)" in proc.stderr
     assert "--mode model" in proc.stderr
