@@ -19,20 +19,18 @@ import tempfile
 import time
 from pathlib import Path
 
-from streamdeid.api import anonymize
 from streamdeid.config import PipelineConfig
+from streamdeid.eval.video import anonymize_clip
 from streamdeid.identity import SFace
 from streamdeid.identity.leakcheck import check_video
 
 
 def run(clip: str, method: str, every: int, threshold: float, margin: float, sface: SFace, work: Path) -> dict:
     cfg = PipelineConfig()
-    cfg.progress, cfg.output.overwrite = False, True
-    cfg.anonymize.method = method
     cfg.anonymize.leak_every, cfg.anonymize.leak_threshold, cfg.anonymize.leak_margin = every, threshold, margin
     out = work / f"{Path(clip).stem}_{every}_{threshold}_{margin}.mp4"
     t0 = time.perf_counter()
-    res = anonymize(clip, str(out), cfg)
+    res = anonymize_clip(clip, out, method, config=cfg)
     seconds = time.perf_counter() - t0
     rep = check_video(clip, str(out), sface=sface)
     return {"every": every, "threshold": threshold, "margin": margin, "fps": res.summary.frames / seconds,

@@ -13,6 +13,7 @@ import pytest
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 MEDIA = SHARED / "media"
+UTK = SHARED / "datasets" / "utkface-crops" / "images"  # the face training set (held-out split inside)
 
 
 @pytest.fixture(scope="session")

@@ -24,13 +24,12 @@ from streamdeid.pipeline import RunSummary
 from streamdeid.render import FrameRenderer
 from streamdeid.types import FaceContext, Frame, FrameResult, StreamdeidError, TrackedFace
 
-from conftest import decode, make_video, trained_kria
+from conftest import MEDIA, decode, make_video, trained_kria
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxruntime")
 
 ROOT = Path(__file__).resolve().parents[1]
-MEDIA = ROOT.parent / "shared" / "media"
 CLIP = MEDIA / "head-pose-face-detection-female-and-male.mp4"  # 480x270, 2 people
 CLIP_FRAMES = 10
 
@@ -224,12 +223,16 @@ def obama_faces():
     return image, faces
 
 
+def _guarded_renderer(anonymizer):
+    """(default config, anonymizer, a FrameRenderer around it: leak guard on, one fixed key per track)."""
+    cfg = PipelineConfig()
+    return cfg, anonymizer, FrameRenderer(anonymizer, align=cfg.align, blend=cfg.blend, anonymize=cfg.anonymize,
+                                          key_for_track=lambda t: b"\x02" * 32)
+
+
 def test_leak_guard_catches_identity_and_spares_solid(obama_faces) -> None:
     image, faces = obama_faces
-    cfg = PipelineConfig()
-    ident = _Identity()
-    renderer = FrameRenderer(ident, align=cfg.align, blend=cfg.blend, anonymize=cfg.anonymize,
-                             key_for_track=lambda t: b"\x02" * 32)
+    cfg, ident, renderer = _guarded_renderer(_Identity())
     assert renderer.guard is not None
     img = image.copy()
     pasted = renderer.render(FrameResult(Frame(0, img, 0, None), faces))
@@ -371,10 +374,7 @@ def test_shipped_weights_run_without_model(short_clip, tmp_path) -> None:
 def test_leak_found_mid_batch_covers_the_rest_of_the_batch(obama_faces) -> None:
     """render_many: a track caught leaking in frame 0 must not show generator output in frames 1..3."""
     image, faces = obama_faces
-    cfg = PipelineConfig()
-    ident = _Identity()
-    renderer = FrameRenderer(ident, align=cfg.align, blend=cfg.blend, anonymize=cfg.anonymize,
-                             key_for_track=lambda t: b"\x02" * 32)
+    cfg, ident, renderer = _guarded_renderer(_Identity())
     results = [FrameResult(Frame(i, image.copy(), i, None), faces) for i in range(4)]
     pasted = renderer.render_many(results)
     assert ident.calls == 1  # one generator batch for the four frames

@@ -32,7 +32,7 @@ from streamdeid.live.source import Discontinuity, _Timeline
 from streamdeid.types import Frame, StreamdeidError
 from streamdeid.video.reader import open_source
 
-MEDIA = Path(__file__).resolve().parents[1].parent / "shared" / "media"
+from conftest import MEDIA  # noqa: E402
 CLIP = MEDIA / "short_hamilton_clip.mp4"
 SERVER = shutil.which("rtsp-server-perl")
 

@@ -8,6 +8,7 @@ import pytest
 from streamdeid.anonymize.classic import BlurAnonymizer, SolidAnonymizer
 from streamdeid.config import PipelineConfig
 from streamdeid.lookahead import LookaheadBuffer
+from streamdeid.pipeline import FaceStage, StageTimes
 from streamdeid.render import FrameRenderer
 from streamdeid.scenecut import SceneCutDetector
 from streamdeid.types import Frame, FrameResult, TrackedFace
@@ -135,14 +136,18 @@ class _CountingDetector:
         return Detections.empty()
 
 
-@pytest.mark.parametrize("faces, expected", [(False, [0, 4, 8]), (True, [0, 2, 4, 6, 8, 10])])
-def test_detection_cadence_idle_and_tracking(faces: bool, expected: list[int]) -> None:
-    from streamdeid.pipeline import FaceStage, StageTimes
-
+def _counting_stage(faces: bool):
+    """A FaceStage (detect every 2nd frame, every 4th while idle) whose detector counts its calls."""
     cfg = PipelineConfig()
     cfg.detect.every, cfg.detect.idle_every = 2, 4
     stage = FaceStage(cfg, fps=25)
     stage.detector = _CountingDetector(faces)
+    return stage
+
+
+@pytest.mark.parametrize("faces, expected", [(False, [0, 4, 8]), (True, [0, 2, 4, 6, 8, 10])])
+def test_detection_cadence_idle_and_tracking(faces: bool, expected: list[int]) -> None:
+    stage = _counting_stage(faces)
     for i in range(12):
         stage.detector.frame = i
         result = stage(Frame(i, np.full((240, 320, 3), 100, np.uint8), i, None), StageTimes())
@@ -151,12 +156,7 @@ def test_detection_cadence_idle_and_tracking(faces: bool, expected: list[int]) -
 
 
 def test_scene_cut_forces_detection() -> None:
-    from streamdeid.pipeline import FaceStage, StageTimes
-
-    cfg = PipelineConfig()
-    cfg.detect.every, cfg.detect.idle_every = 2, 4
-    stage = FaceStage(cfg, fps=25)
-    stage.detector = _CountingDetector(False)
+    stage = _counting_stage(False)
     for i in range(4):
         stage.detector.frame = i
         value = 20 if i < 2 else 230  # the picture changes wholesale at frame 2

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import cv2
 import numpy as np
@@ -32,9 +31,8 @@ from streamdeid.eval import (
 from streamdeid.eval.heldout import make_split_list
 from streamdeid.eval.report import jsonable
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-UTK = SHARED / "datasets" / "utkface-crops" / "images"
-MEDIA = SHARED / "media"
+from conftest import MEDIA, UTK  # noqa: E402
+
 needs_utk = pytest.mark.skipif(not UTK.is_dir(), reason=f"shared dataset not found at {UTK}")
 needs_media = pytest.mark.skipif(not MEDIA.is_dir(), reason=f"shared media not found at {MEDIA}")
 RECOGNIZERS = ["sface"] + (["dlib"] if dlib_available() else [])
@@ -201,7 +199,7 @@ def test_video_leak_metric_catches_an_uncovered_frame(tmp_path):
             break
     fps = clip_fps(src)
     clip = write_video(tmp_path / "clip.mp4", frames, fps)
-    anon = anonymize_clip(clip, tmp_path / "anon.mp4", "solid")
+    anon = anonymize_clip(clip, tmp_path / "anon.mp4", "solid").output
     clean = leak_metric(clip, anon)
     assert clean["faces"] >= 8 and clean["leaks"] == 0
     out = list(decode(anon))

@@ -29,7 +29,7 @@ from streamdeid.vault import VaultReader
 
 pytestmark = pytest.mark.slow
 
-MEDIA = Path(__file__).resolve().parents[2] / "shared" / "media"
+from conftest import MEDIA  # noqa: E402
 CLIP = MEDIA / "head-pose-face-detection-female-and-male.mp4"  # 480x270, 56 frames, 2 people
 
 if not CLIP.is_file():

@@ -21,9 +21,8 @@ from streamdeid.models.sface import (  # noqa: E402
     load_sface_onnx,
 )
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-CROPS = SHARED / "datasets" / "utkface-crops" / "images"
-MEDIA = SHARED / "media"
+from conftest import MEDIA, SHARED  # noqa: E402
+from conftest import UTK as CROPS  # noqa: E402
 pytestmark = pytest.mark.skipif(not CROPS.is_dir() or not MEDIA.is_dir(),
                                 reason=f"real face data not found under {SHARED}")
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,7 +21,7 @@ from training.stages import STAGE_CLASSES  # noqa: E402
 from training.trainer import latest_state, load_state  # noqa: E402
 from streamdeid.types import StreamdeidError  # noqa: E402
 
-DATASET = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "utkface-crops" / "images"
+from conftest import UTK as DATASET  # noqa: E402
 
 TINY = {
     "model": {"w_dim": 32, "channels": {"4": 32, "8": 32, "16": 32, "32": 16, "64": 16}, "enc_in_channels": 8,

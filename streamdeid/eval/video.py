@@ -64,8 +64,9 @@ def write_video(path: str | Path, frames, fps: float = 25.0, crf: int = 12) -> P
 
 
 def anonymize_clip(clip: str | Path, out: str | Path, method: str, tracks: str | Path | None = None,
-                   config: PipelineConfig | None = None) -> Path:
-    """Run the streamdeid pipeline on ``clip`` with ``method``; tracks to a JSONL file."""
+                   config: PipelineConfig | None = None):
+    """Run the streamdeid pipeline on ``clip`` with ``method``; tracks to a JSONL file.
+    Returns the run's ``streamdeid.api.RunResult`` (``.output``, ``.summary``)."""
     from ..api import anonymize
 
     cfg = config or PipelineConfig()
@@ -73,8 +74,7 @@ def anonymize_clip(clip: str | Path, out: str | Path, method: str, tracks: str |
     cfg.export_tracks = None if tracks is None else str(tracks)
     cfg.progress = False
     cfg.output.overwrite = True
-    anonymize(str(clip), str(out), cfg)
-    return Path(out)
+    return anonymize(str(clip), str(out), cfg)
 
 
 def leak_metric(original: str | Path, output: str | Path, sface: SFace | None = None) -> dict:
