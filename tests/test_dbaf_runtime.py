@@ -382,3 +382,31 @@ def test_leak_found_mid_batch_covers_the_rest_of_the_batch(obama_faces) -> None:
     cx, cy = faces[0].landmarks[2]
     for r in results:
         assert np.array_equal(r.frame.image[int(cy), int(cx)], cfg.anonymize.solid_color)
+
+
+def test_leak_guard_embeds_the_blanked_reference_only_over_the_threshold(obama_faces) -> None:
+    """The guard's lazy reference gives the verdicts of the full rule (threshold AND margin over the
+    blanked reference), on the original face, light and strong blurs and a solid fill."""
+    from streamdeid.identity.leakcheck import blank_face
+    from streamdeid.identity.sface import align_for_sface, cosine
+    from streamdeid.leakguard import LeakGuard
+
+    image, faces = obama_faces
+    guard = LeakGuard(PipelineConfig().anonymize)
+    orig = align_for_sface(image, np.asarray(faces[0].landmarks, np.float64))
+    outputs = [orig, cv2.GaussianBlur(orig, (0, 0), 1.0), cv2.GaussianBlur(orig, (0, 0), 2.5),
+               cv2.GaussianBlur(orig, (0, 0), 8.0), np.full_like(orig, 128)]
+    embedded = []
+    real_embed = guard.sface.embed
+    guard.sface.embed = lambda crops: embedded.append(len(crops)) or real_embed(crops)
+    verdicts = guard._judge(list(range(len(outputs))), np.stack([orig] * len(outputs)), np.stack(outputs))
+    e_orig, e_blank = real_embed(np.stack([orig, blank_face(orig)]))
+    for v, out in zip(verdicts, outputs):
+        sim = cosine(e_orig, real_embed(out[None])[0])
+        ref = cosine(e_orig, e_blank)
+        assert v.similarity == pytest.approx(sim, abs=1e-4)
+        assert v.leaked == (sim >= guard.threshold and sim - ref >= guard.margin)
+        assert (v.reference is None) == (sim < guard.threshold)
+    over = sum(v.similarity >= guard.threshold for v in verdicts)
+    assert verdicts[0].leaked and not verdicts[-1].leaked and 0 < over < len(outputs)
+    assert embedded == [2 * len(outputs), over]  # the reference only for the faces over the threshold
