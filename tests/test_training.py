@@ -258,3 +258,33 @@ def test_prepare_detects_aligns_and_excludes_heldout(tmp_path):
     assert len(meta["duplicates"]) == 1 and len(train) == 3
     crops = np.load(tmp_path / "run" / "data" / "crops.npy")
     assert crops.shape == (3, 64, 64, 3) and crops.dtype == np.uint8
+
+
+def test_curve_scores_sample_grids_at_a_common_size(tmp_path):
+    """training.curve: PSNR at a common size and SFace cosine, read back from grids the trainer writes."""
+    import cv2
+
+    from streamdeid.identity import SFace
+    from training.curve import curve, psnr, resize_all
+    from training.trainer import to_image_grid
+
+    files = sorted(DATASET.glob("*.jpg"))[:4]
+    if len(files) < 4:
+        pytest.skip("UTKFace crops not found")
+    faces = np.stack([cv2.resize(cv2.imread(str(f)), (128, 128), interpolation=cv2.INTER_AREA) for f in files])
+    blurred = np.stack([cv2.GaussianBlur(f, (0, 0), 3.0) for f in faces])
+    solid = np.full_like(faces, 127)
+
+    def as_tensor(x):  # BGR uint8 [N, R, R, 3] -> RGB [-1, 1] [N, 3, R, R], as sample_rows gives
+        return torch.from_numpy(x[..., ::-1].copy()).permute(0, 3, 1, 2).float() / 127.5 - 1
+
+    samples = tmp_path / "reconstruct" / "samples"
+    samples.mkdir(parents=True)
+    for step, out in ((100, solid), (200, blurred)):
+        cv2.imwrite(str(samples / f"step_{step:07d}.png"), to_image_grid([as_tensor(faces), as_tensor(out)]))
+    rows = curve(tmp_path / "reconstruct", 64, SFace())
+    assert [r["step"] for r in rows] == [100, 200] and rows[0]["resolution"] == 128
+    x64 = resize_all(faces, 64)
+    for r, out in zip(rows, (solid, blurred)):
+        assert r["psnr"] == pytest.approx(psnr(x64, resize_all(out, 64)), abs=0.1)  # PNG round trip
+    assert rows[1]["psnr"] > rows[0]["psnr"] + 5 and rows[1]["sface_cos"] > rows[0]["sface_cos"] + 0.2
