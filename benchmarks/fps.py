@@ -122,7 +122,7 @@ def main() -> int:
     if args.clip == "noface":
         args.clip = str(make_noface_clip(tmp / "noface.mp4"))
     suffix = Path(args.clip).suffix
-    result: dict = {"clip": args.clip, "anonymizer": args.anonymizer, "detect_every": config.detect.every,
+    result: dict = {"clip": args.clip, "anonymizer": args.anonymizer, "detect_every": config.detect.every or "default",
                     "cpu_count": os.cpu_count()}
     try:
         result["transcode_fps"] = statistics.median(
@@ -157,8 +157,9 @@ def compare_deface(args, tmp: Path, suffix: str, config: PipelineConfig) -> dict
         sys.exit("deface not found: pip install deface==1.5.0 in a separate venv and pass --deface-bin")
     n = frame_count(args.clip)
     ours_cmd = [sys.executable, "-m", "streamdeid.cli", "run", args.clip, "-o", str(tmp / f"cli{suffix}"),
-                "--overwrite", "--no-progress", "--anonymizer", args.anonymizer,
-                "--detect-every", str(config.detect.every)]
+                "--overwrite", "--no-progress", "--anonymizer", args.anonymizer]
+    if config.detect.every:
+        ours_cmd += ["--detect-every", str(config.detect.every)]
     theirs_cmd = [deface, args.clip, "-o", str(tmp / f"deface{suffix}"), "--execution-provider",
                   "CPUExecutionProvider"]
     ours, theirs = [], []

@@ -7,7 +7,7 @@ Anonymizes the clip with ``--anonymizer`` (default dbaf, the shipped weights) on
 setting, then runs the offline check (:func:`streamdeid.identity.leakcheck.check_video`,
 the one ``tests/test_privacy_e2e.py`` uses) on the encoded output, and prints per
 setting: fps, faces checked, leaks (frame, SFace similarity, face-blanked reference),
-and tracks the guard switched to solid fill. ``--json`` writes the same as JSON.
+and the tracks (and rendered faces) the guard switched to solid fill. ``--json`` writes the same as JSON.
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ def run(clip: str, method: str, every: int, threshold: float, margin: float, sfa
     rep = check_video(clip, str(out), sface=sface)
     return {"every": every, "threshold": threshold, "margin": margin, "fps": res.summary.frames / seconds,
             "faces": rep.faces, "leaks": [(c.frame, round(c.similarity, 3), round(c.reference, 3)) for c in rep.leaks],
-            "guard_tracks": res.summary.leak_fallbacks}
+            "guard_tracks": res.summary.leak_fallbacks, "tracks": res.summary.tracks,
+            "rendered_faces": res.summary.faces, "solid_faces": res.summary.fallbacks}
 
 
 def main(argv=None) -> int:
@@ -54,7 +55,8 @@ def main(argv=None) -> int:
             r = run(args.clip, args.anonymizer, every, args.threshold, args.margin, sface, Path(tmp))
             print(f"every {every}, threshold {args.threshold}, margin {args.margin}: {r['fps']:.1f} fps, "
                   f"{r['faces']} faces checked, {len(r['leaks'])} leaks {r['leaks']}, "
-                  f"guard switched {r['guard_tracks']} track(s) to solid", flush=True)
+                  f"guard switched {r['guard_tracks']} of {r['tracks']} track(s) to solid "
+                  f"({r['solid_faces']} of {r['rendered_faces']} rendered faces solid)", flush=True)
             results.append(r)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))

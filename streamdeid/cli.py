@@ -66,8 +66,8 @@ def main(verbose: bool) -> None:
 @click.option("--anonymizer", "method", type=click.Choice(["blur", "mosaic", "solid", "dbaf"]), default="blur", show_default=True, help="How faces are replaced. blur/mosaic/solid: classic covers. dbaf: a generated face per person from the shipped 64 px model (or --model), checked by the leak guard; experimental, see docs/MODEL_CARD.md.")
 @click.option("--model", "model_path", type=click.Path(dir_okay=False), default=None, help="dbaf: generator file (.onnx for onnxrt, .safetensors for torch, .engine for tensorrt). Default: the shipped weights.")
 @click.option("--backend", type=click.Choice(["onnxrt", "torch", "tensorrt"]), default="onnxrt", show_default=True, help="dbaf: what runs the generator (ONNX Runtime on CPU by default).")
-@click.option("--leak-threshold", type=click.FloatRange(0.05, 0.363), default=None, help="dbaf: SFace similarity at which the leak guard switches a track to solid fill (default 0.363; lower is stricter).")
-@click.option("--detect-every", type=click.IntRange(min=1), default=2, show_default=True, help="Run the detector on every N-th frame (and on scene cuts) and track in between.")
+@click.option("--leak-threshold", type=click.FloatRange(0.05, 0.363), default=None, help="dbaf: SFace similarity at which the leak guard switches a track to solid fill (default 0.25, stricter than SFace's 0.363 because encoding shifts it; lower is stricter).")
+@click.option("--detect-every", type=click.IntRange(min=1), default=None, help="Run the detector on every N-th frame (and on scene cuts) and track in between. Default 2; 1 with dbaf, whose leak guard needs measured landmarks.")
 @click.option("--detect-size", type=click.IntRange(min=0), default=None, help="Longest side of the image the detector sees (0: native). Larger finds smaller faces.")
 @click.option("--threshold", type=click.FloatRange(0.05, 0.99), default=None, help="Detector score threshold (lower covers more, with more false positives).")
 @click.option("--hold", type=click.FloatRange(min=0), default=0.5, show_default=True, help="Seconds a lost face stays covered at its predicted position.")
@@ -93,7 +93,7 @@ def main(verbose: bool) -> None:
 @click.option("--export-tracks", type=click.Path(dir_okay=False), help="Write a JSONL audit log: per frame and track, box, score, state, method.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 def run(input: str, output: str | None, overwrite: bool, method: str, model_path: str | None, backend: str,
-        leak_threshold: float | None, detect_every: int, detect_size: int | None,
+        leak_threshold: float | None, detect_every: int | None, detect_size: int | None,
         threshold: float | None, hold: float, lookahead: float, mask: str, mask_margin: float | None,
         codec: str, crf: int, preset: str, key_file: str | None, new_key: bool, no_vault: bool, no_crops: bool,
         force_live: bool, max_latency: float, segment_time: float | None, max_retries: int, rtsp_transport: str,

@@ -19,10 +19,22 @@ class DetectConfig:
     # are upscaled so that 10-15 px faces stay detectable; larger ones are
     # downscaled. 0 means "native resolution".
     input_size: int = 640
-    every: int = 2  # run the detector on every N-th frame (and on scene cuts), track in between
+    # Run the detector on every N-th frame (and on scene cuts), track in between.
+    # None: 2, or 1 when the leak guard checks the anonymizer (dbaf): the guard
+    # compares faces at their landmarks, and a predicted ("held") landmark set can
+    # be 5-8 px off a 50 px face, which hid real matches from it (measured on
+    # short_hamilton_clip.mp4: SFace 0.25-0.35 at the guard, 0.38-0.47 at the
+    # offline check's re-detected landmarks).
+    every: int | None = None
     # While no face is tracked, detect only every N-th frame: a face that appears
     # in between is back-filled by the look-ahead buffer once it is detected.
     idle_every: int = 4
+
+
+def detect_cadence(config: "PipelineConfig", guarded: bool) -> int:
+    """Detector cadence in frames: ``detect.every``, or its default (see DetectConfig.every)."""
+    every = config.detect.every
+    return max(1, int(every)) if every else (1 if guarded else 2)
 
 
 @dataclass
@@ -61,14 +73,23 @@ class AnonymizeConfig:
     # dbaf): SFace compares each track's original and anonymized face on its
     # first ``leak_first_frames`` frames and then every ``leak_every`` frames; a
     # match switches the track to solid fill for good. A match is a cosine
-    # >= ``leak_threshold`` (SFace's published 0.363, or stricter) that also
-    # beats the original-vs-face-blanked similarity by ``leak_margin`` (0: the
-    # threshold alone; see streamdeid.identity.leakcheck for why the margin).
+    # >= ``leak_threshold`` that also beats the original-vs-face-blanked
+    # similarity by ``leak_margin`` (0: the threshold alone; see
+    # streamdeid.identity.leakcheck for why the margin).
+    # Defaults: every frame (a face between two checks is not checked at all), and
+    # much stricter than the offline check (0.363 / 0.15), because the guard judges
+    # the frame before it is encoded: on short_hamilton_clip.mp4 (small faces) the
+    # H.264 encode alone moved the SFace similarity of a generated face to its
+    # original by up to +0.23 (mean +0.014, sd 0.058 over 763 faces). Measured
+    # there with the shipped model (see docs/MODEL_CARD.md): every 15th frame at
+    # 0.363 / 0.15 let 13 of 748 faces through, every frame at 0.30 / 0.10 still 2-5
+    # (varying with the run's random keys); 0.25 / 0.05 every frame, with the
+    # detector on every frame (DetectConfig.every), flagged every track that leaked.
     leak_guard: bool = True
     leak_first_frames: int = 3
-    leak_every: int = 15
-    leak_threshold: float = 0.363
-    leak_margin: float = 0.15
+    leak_every: int = 1
+    leak_threshold: float = 0.25
+    leak_margin: float = 0.05
 
 
 @dataclass

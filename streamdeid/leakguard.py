@@ -4,14 +4,15 @@ Used by :class:`~streamdeid.render.FrameRenderer` for anonymizers that declare
 ``needs_leak_guard`` (dbaf); blur, mosaic and solid skip it (they are
 irreversible by construction and must stay fast). For the first
 ``leak_first_frames`` frames of each track and then every ``leak_every``
-frames, the original frame and the rendered frame are compared at the face's
-landmarks, exactly like the offline check in
-:mod:`streamdeid.identity.leakcheck`:
+frames (by default every frame), the original frame and the rendered frame are
+compared at the face's landmarks, like the offline check in
+:mod:`streamdeid.identity.leakcheck` but stricter by default (see
+``AnonymizeConfig``):
 
 * faces SFace can judge (plausible landmarks, at least ``MIN_SFACE_HEIGHT`` px
   tall): SFace cosine of the 112 px ArcFace crops, original vs rendered. A
-  leak is a cosine >= ``leak_threshold`` (0.363, SFace's published threshold,
-  or stricter) that also beats, by ``leak_margin``, the cosine of the original
+  leak is a cosine >= ``leak_threshold`` (default 0.25; SFace's published
+  threshold is 0.363) that also beats, by ``leak_margin``, the cosine of the original
   with its own face blanked: the match must come from the face, not from hair
   and background, which anonymization keeps (a solid fill "matches" 5 % of
   small video faces on context alone; ``leak_margin=0`` uses the threshold

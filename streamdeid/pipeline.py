@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-from .config import PipelineConfig
+from .config import PipelineConfig, detect_cadence
 from .detect import create_detector
 from .lookahead import LookaheadBuffer
 from .render import FrameRenderer, PastedFace
@@ -77,10 +77,11 @@ class FaceStage:
     the frames before a newcomer's first detection).
     """
 
-    def __init__(self, config: PipelineConfig, fps: float) -> None:
+    def __init__(self, config: PipelineConfig, fps: float, *, guarded: bool = False) -> None:
+        """``guarded``: the renderer runs a leak guard (sets the default cadence, see DetectConfig.every)."""
         self.detector = create_detector(config.detect)
         self.tracker = FaceTracker(fps=fps, config=config.track)
-        self.every = max(1, config.detect.every)
+        self.every = detect_cadence(config, guarded)
         self.idle_every = max(self.every, config.detect.idle_every)
         self.scene_cut = SceneCutDetector()
         self._countdown = 0  # frames until the next scheduled detection
@@ -153,7 +154,7 @@ def process_frames(
     are emitted in order once rendered. Raises KeyboardInterrupt through, after
     rendering and emitting every frame already taken from ``items``.
     """
-    stage = FaceStage(config, fps)
+    stage = FaceStage(config, fps, guarded=renderer.guard is not None)
     buffer = LookaheadBuffer(round(config.lookahead_seconds * fps))
     render = RenderStage(renderer, observers, summary)
     # Frames leaving the look-ahead buffer are rendered together, so a batched

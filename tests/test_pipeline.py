@@ -136,13 +136,20 @@ class _CountingDetector:
         return Detections.empty()
 
 
-def _counting_stage(faces: bool):
-    """A FaceStage (detect every 2nd frame, every 4th while idle) whose detector counts its calls."""
+def _counting_stage(faces: bool, every: int | None = 2, guarded: bool = False):
+    """A FaceStage (detect every ``every``-th frame, every 4th while idle) whose detector counts its calls."""
     cfg = PipelineConfig()
-    cfg.detect.every, cfg.detect.idle_every = 2, 4
-    stage = FaceStage(cfg, fps=25)
+    cfg.detect.every, cfg.detect.idle_every = every, 4
+    stage = FaceStage(cfg, fps=25, guarded=guarded)
     stage.detector = _CountingDetector(faces)
     return stage
+
+
+def _detected_frames(stage, n: int = 12) -> list[int]:
+    for i in range(n):
+        stage.detector.frame = i
+        stage(Frame(i, np.full((240, 320, 3), 100, np.uint8), i, None), StageTimes())
+    return stage.detector.calls
 
 
 @pytest.mark.parametrize("faces, expected", [(False, [0, 4, 8]), (True, [0, 2, 4, 6, 8, 10])])
@@ -153,6 +160,14 @@ def test_detection_cadence_idle_and_tracking(faces: bool, expected: list[int]) -
         result = stage(Frame(i, np.full((240, 320, 3), 100, np.uint8), i, None), StageTimes())
         assert bool(result.faces) == faces
     assert stage.detector.calls == expected
+
+
+@pytest.mark.parametrize("every, guarded, expected", [(None, False, [0, 2, 4, 6, 8]), (None, True, list(range(10))),
+                                                     (3, True, [0, 3, 6, 9])])
+def test_default_cadence_detects_every_frame_under_the_leak_guard(every, guarded, expected) -> None:
+    """The guard compares faces at their landmarks, so by default they are measured on every frame;
+    an explicit --detect-every still wins."""
+    assert _detected_frames(_counting_stage(True, every, guarded), 10) == expected
 
 
 def test_scene_cut_forces_detection() -> None:

@@ -158,10 +158,10 @@ def _run(source, output, config, live, summary, stop, observers, renderer,
         raise
     fps = src.fps
     stats = LiveStats(live.stats_interval, live.stats_json)
-    stage = FaceStage(config, fps)
+    renderer = renderer or default_renderer(config)
+    stage = FaceStage(config, fps, guarded=renderer.guard is not None)
     summary.lookahead_frames = live_lookahead_frames(config, live, fps)
     buffer = LookaheadBuffer(summary.lookahead_frames)
-    renderer = renderer or default_renderer(config)
     render = RenderStage(renderer, observers, summary)
     stream_options = {"rtsp_transport": live.transport} if output.lower().startswith("rtsp") else None
     recorder = SegmentRecorder(output, src, config.output, segment_time=live.segment_time,
