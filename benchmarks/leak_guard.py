@@ -1,10 +1,10 @@
 #!/usr/bin/env python
 """How many faces get past the DBAF leak guard, for given guard settings.
 
-    python benchmarks/leak_guard.py ../shared/media/short_hamilton_clip.mp4 --every 15 --every 5 --threshold 0.28
+    python benchmarks/leak_guard.py ../shared/media/short_hamilton_clip.mp4 --every 15 --every 1 --threshold 0.28 --repeat 2
 
 Anonymizes the clip with ``--anonymizer`` (default dbaf, the shipped weights) once per
-setting, then runs the offline check (:func:`streamdeid.identity.leakcheck.check_video`,
+setting (``--repeat`` times: every run draws new keys, so the faces differ), then runs the offline check (:func:`streamdeid.identity.leakcheck.check_video`,
 the one ``tests/test_privacy_e2e.py`` uses) on the encoded output, and prints per
 setting: fps, faces checked, leaks (frame, SFace similarity, face-blanked reference),
 and the tracks (and rendered faces) the guard switched to solid fill. ``--json`` writes the same as JSON.
@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from streamdeid.config import PipelineConfig
+from streamdeid.config import AnonymizeConfig, PipelineConfig
 from streamdeid.eval.video import anonymize_clip
 from streamdeid.identity import SFace
 from streamdeid.identity.leakcheck import check_video
@@ -43,15 +43,19 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("clip")
     ap.add_argument("--anonymizer", default="dbaf")
-    ap.add_argument("--every", type=int, action="append", help="guard cadence in frames (repeatable; default 15)")
-    ap.add_argument("--threshold", type=float, default=0.363, help="guard SFace threshold")
-    ap.add_argument("--margin", type=float, default=0.15, help="guard margin over the face-blanked reference")
+    default = AnonymizeConfig()
+    ap.add_argument("--every", type=int, action="append",
+                    help=f"guard cadence in frames (repeatable; default {default.leak_every})")
+    ap.add_argument("--threshold", type=float, default=default.leak_threshold, help="guard SFace threshold")
+    ap.add_argument("--margin", type=float, default=default.leak_margin,
+                    help="guard margin over the face-blanked reference")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per setting (new keys each time)")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args(argv)
     sface = SFace()
     results = []
     with tempfile.TemporaryDirectory(prefix="sdeid-guard-") as tmp:
-        for every in args.every or [15]:
+        for every in [e for e in args.every or [default.leak_every] for _ in range(args.repeat)]:
             r = run(args.clip, args.anonymizer, every, args.threshold, args.margin, sface, Path(tmp))
             print(f"every {every}, threshold {args.threshold}, margin {args.margin}: {r['fps']:.1f} fps, "
                   f"{r['faces']} faces checked, {len(r['leaks'])} leaks {r['leaks']}, "
