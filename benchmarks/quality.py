@@ -98,7 +98,8 @@ def main(argv=None) -> int:
     for m in methods:
         cfg = method_config(m, args.model)
         try:
-            anonymizers[m] = (create_anonymizer(cfg), cfg, create_recoverer(cfg))
+            anonymizer = create_anonymizer(cfg)
+            anonymizers[m] = (anonymizer, cfg, create_recoverer(cfg, anonymizer))
         except StreamdeidError as exc:
             print(f"error: {m}: {exc}", file=sys.stderr)
             return 1

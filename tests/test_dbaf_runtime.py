@@ -410,3 +410,18 @@ def test_leak_guard_embeds_the_blanked_reference_only_over_the_threshold(obama_f
     over = sum(v.similarity >= guard.threshold for v in verdicts)
     assert verdicts[0].leaked and not verdicts[-1].leaked and 0 < over < len(outputs)
     assert embedded == [2 * len(outputs), over]  # the reference only for the faces over the threshold
+
+
+def test_eval_recoverer_reuses_a_loaded_generator(anonymizer, dbaf_files) -> None:
+    """quality.py: the dbaf recoverer is the anonymizer's own recover (one model load), and gives
+    the same faces as a recoverer that loads the weights itself."""
+    from streamdeid.config import AnonymizeConfig
+    from streamdeid.eval import create_recoverer
+
+    cfg = AnonymizeConfig(method="dbaf", model_path=str(dbaf_files["onnx"]))
+    reused = create_recoverer(cfg, anonymizer)
+    assert reused == anonymizer.recover
+    ctx = contexts(2)
+    x_ano = anonymizer(crops_of(2), ctx)
+    assert np.array_equal(reused(x_ano, ctx), create_recoverer(cfg)(x_ano, ctx))
+    assert create_recoverer(AnonymizeConfig(method="blur"), anonymizer) is None  # no recovery for blur

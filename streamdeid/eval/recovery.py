@@ -36,9 +36,13 @@ def register_recoverer(method: str, factory: Callable[[AnonymizeConfig], Recover
     RECOVERERS[method] = factory
 
 
-def create_recoverer(cfg: AnonymizeConfig) -> RecoverFn | None:
-    """The recoverer of ``cfg.method``, or None (recovery not applicable)."""
+def create_recoverer(cfg: AnonymizeConfig, anonymizer=None) -> RecoverFn | None:
+    """The recoverer of ``cfg.method``, or None (recovery not applicable). A registered
+    method whose ``anonymizer`` inverts itself (``.recover``, e.g. DBAF) reuses it
+    instead of loading the model a second time."""
     factory = RECOVERERS.get(cfg.method)
+    if factory is not None and callable(getattr(anonymizer, "recover", None)):
+        return anonymizer.recover
     return None if factory is None else factory(cfg)
 
 
