@@ -144,8 +144,11 @@ def _long_input(tmp_path: Path, media: Path) -> Path:
 def test_interrupt_leaves_playable_partial(tmp_path: Path, media: Path, sig: int) -> None:
     src = _long_input(tmp_path, media)
     out = tmp_path / "out.mp4"
+    # SIG_DFL for SIGINT in the child: a suite started in the background (``cmd &``) has SIGINT
+    # ignored, which children inherit, and Python then installs no KeyboardInterrupt handler.
     proc = subprocess.Popen([sys.executable, "-m", "streamdeid.cli", "run", str(src), "-o", str(out),
-                             "--no-progress"], stderr=subprocess.PIPE)
+                             "--no-progress"], stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     partial = tmp_path / "out.partial.mp4"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and (not partial.exists() or partial.stat().st_size < 50_000):
