@@ -115,7 +115,6 @@ class LeakGuard:
         self.checks += len(faces)
         return [v for v in verdicts if v is not None]
 
-
     def _judge(self, index: list[int], orig: np.ndarray, anon: np.ndarray) -> list[GuardVerdict]:
         """SFace verdicts for aligned 112 px crops ``orig`` / ``anon`` ([N, 112, 112, 3] each).
 

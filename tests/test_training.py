@@ -265,7 +265,8 @@ def test_curve_scores_sample_grids_at_a_common_size(tmp_path):
     import cv2
 
     from streamdeid.identity import SFace
-    from training.curve import curve, psnr, resize_all
+    from streamdeid.eval.pixels import psnr
+    from training.curve import curve, resize_all
     from training.trainer import to_image_grid
 
     files = sorted(DATASET.glob("*.jpg"))[:4]

@@ -20,6 +20,9 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from streamdeid.eval.pixels import psnr
+from streamdeid.identity.sface import cosine
+
 
 def grid_rows(path: Path, n_rows: int) -> list[np.ndarray]:
     """A sample grid -> its rows as [cols, R, R, 3] uint8 BGR stacks."""
@@ -29,11 +32,6 @@ def grid_rows(path: Path, n_rows: int) -> list[np.ndarray]:
     r = img.shape[0] // n_rows
     cols = img.shape[1] // r
     return [np.stack([img[i * r:(i + 1) * r, c * r:(c + 1) * r] for c in range(cols)]) for i in range(n_rows)]
-
-
-def psnr(a: np.ndarray, b: np.ndarray) -> float:
-    mse = np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2)
-    return float(10 * np.log10(255.0 ** 2 / max(mse, 1e-12)))
 
 
 def resize_all(x: np.ndarray, size: int) -> np.ndarray:
@@ -49,7 +47,7 @@ def curve(stage_dir: Path, at: int, sface) -> list[dict]:
         xa, ya = resize_all(x, at), resize_all(y, at)
         emb = sface.embed(np.concatenate([resize_all(x, 112), resize_all(y, 112)]))
         n = len(x)
-        cos = float(np.mean(np.sum(emb[:n] * emb[n:], axis=1)))
+        cos = float(np.mean(cosine(emb[:n], emb[n:])))
         rows.append({"run": str(stage_dir), "resolution": x.shape[1], "step": step,
                      "psnr": round(psnr(xa, ya), 2), "sface_cos": round(cos, 3)})
     return rows
