@@ -174,7 +174,7 @@ def _observers(config: PipelineConfig):
 
 
 def _anonymize_image(src: Path, out: Path, config: PipelineConfig, keys: RunKeys) -> RunResult:
-    from .detect import create_detector
+    from .detect.finder import FaceFinder
 
     if out.exists() and not config.output.overwrite:
         raise StreamdeidError(f"{out} exists; pass --overwrite to replace it")
@@ -182,7 +182,8 @@ def _anonymize_image(src: Path, out: Path, config: PipelineConfig, keys: RunKeys
     if image is None:
         raise StreamdeidError(f"{src}: not a readable image")
     t0 = time.perf_counter()
-    dets = create_detector(config.detect).detect(image)
+    finder = FaceFinder(config.detect)
+    dets = finder.find(image, scan=True)  # a still has no second frame: every pass, weak faces too
     faces = [_still_face(i, dets) for i in range(len(dets))]
     renderer = renderer_for(config, keys)
     result = FrameResult(Frame(0, image, None, None), faces)
@@ -194,7 +195,8 @@ def _anonymize_image(src: Path, out: Path, config: PipelineConfig, keys: RunKeys
         close()
     write_image(out, image, overwrite=config.output.overwrite)
     summary = RunSummary(frames=1, faces=len(faces), tracks=len(faces), fallbacks=renderer.fallbacks,
-                         leak_fallbacks=renderer.leak_fallbacks, seconds=time.perf_counter() - t0)
+                         leak_fallbacks=renderer.leak_fallbacks, seconds=time.perf_counter() - t0,
+                         smallest_face=finder.smallest_face(image.shape[1], image.shape[0]))
     return RunResult(out, summary)
 
 
@@ -219,6 +221,8 @@ def _anonymize_folder(src: Path, out: Path, config: PipelineConfig, keys: RunKey
                                    vault=not keys.ephemeral, store_crops=store_crops)
         for name in ("frames", "faces", "tracks", "fallbacks", "leak_fallbacks", "seconds"):
             setattr(total, name, getattr(total, name) + getattr(res.summary, name))
+        sizes = [v for v in (total.smallest_face, res.summary.smallest_face) if v is not None]
+        total.smallest_face = max(sizes) if sizes else None  # the weakest promise of the folder
         if res.summary.interrupted:
             total.interrupted = True
             break

@@ -68,8 +68,9 @@ def main(verbose: bool) -> None:
 @click.option("--backend", type=click.Choice(["onnxrt", "torch", "tensorrt"]), default="onnxrt", show_default=True, help="dbaf: what runs the generator (ONNX Runtime on CPU by default).")
 @click.option("--leak-threshold", type=click.FloatRange(0.05, 0.363), default=None, help="dbaf: SFace similarity at which the leak guard switches a track to solid fill (default 0.25, stricter than SFace's 0.363 because encoding shifts it; lower is stricter).")
 @click.option("--detect-every", type=click.IntRange(min=1), default=None, help="Run the detector on every N-th frame (and on scene cuts) and track in between. Default 2; 1 with dbaf, whose leak guard needs measured landmarks.")
-@click.option("--detect-size", type=click.IntRange(min=0), default=None, help="Longest side of the image the detector sees (0: native). Larger finds smaller faces.")
-@click.option("--threshold", type=click.FloatRange(0.05, 0.99), default=None, help="Detector score threshold (lower covers more, with more false positives).")
+@click.option("--detect-size", type=click.IntRange(min=0), default=None, help="Longest side of the image the detector's fast pass sees on every run (0: native). Default 640.")
+@click.option("--min-face", type=click.IntRange(min=0), default=None, help="Smallest face (height in pixels of the input) to look for. When the fast pass cannot see faces that small, an upscaled scan runs every --scan-every seconds, on scene cuts and on stills (0: no scan). Default 12; the summary line says what was looked for.")
+@click.option("--threshold", type=click.FloatRange(0.05, 0.99), default=None, help="Detector score threshold. Default 0.3: in videos a track whose scores all stay under 0.6 is covered once a second detection confirms it (the look-ahead covers the frames before). Lower covers more, with more false positives.")
 @click.option("--hold", type=click.FloatRange(min=0), default=0.5, show_default=True, help="Seconds a lost face stays covered at its predicted position.")
 @click.option("--lookahead", type=click.FloatRange(min=0), default=0.5, show_default=True, help="Seconds a new face is also covered before its first detection.")
 @click.option("--mask", type=click.Choice(["ellipse", "hull"]), default="ellipse", show_default=True, help="Shape of the pasted region.")
@@ -93,7 +94,7 @@ def main(verbose: bool) -> None:
 @click.option("--export-tracks", type=click.Path(dir_okay=False), help="Write a JSONL audit log: per frame and track, box, score, state, method.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 def run(input: str, output: str | None, overwrite: bool, method: str, model_path: str | None, backend: str,
-        leak_threshold: float | None, detect_every: int | None, detect_size: int | None,
+        leak_threshold: float | None, detect_every: int | None, detect_size: int | None, min_face: int | None,
         threshold: float | None, hold: float, lookahead: float, mask: str, mask_margin: float | None,
         codec: str, crf: int, preset: str, key_file: str | None, new_key: bool, no_vault: bool, no_crops: bool,
         force_live: bool, max_latency: float, segment_time: float | None, max_retries: int, rtsp_transport: str,
@@ -121,6 +122,8 @@ def run(input: str, output: str | None, overwrite: bool, method: str, model_path
     config.detect.every = detect_every
     if detect_size is not None:
         config.detect.input_size = detect_size
+    if min_face is not None:
+        config.detect.min_face = min_face
     if threshold is not None:
         config.detect.score_threshold = threshold
     config.track.hold_seconds = hold

@@ -13,12 +13,23 @@ from dataclasses import dataclass, field
 class DetectConfig:
     backend: str = "yunet"  # name in streamdeid.detect.REGISTRY
     model_path: str | None = None  # None: the model the backend ships with
-    score_threshold: float = 0.5  # lower catches more faces (privacy first)
+    # Lowest detection score kept. Privacy first: 0.3 finds dark and soft faces 0.5
+    # misses (benchmarks/recall.py); in videos a track whose detections all score
+    # under TrackConfig.high_score is only reported once a second detector run
+    # confirms it, and the look-ahead then covers the frames before.
+    score_threshold: float = 0.3
     nms_threshold: float = 0.3
-    # Longest side of the image the detector sees. Frames smaller than this
-    # are upscaled so that 10-15 px faces stay detectable; larger ones are
-    # downscaled. 0 means "native resolution".
+    # Longest side of the image the fast pass sees on every detector run. Frames
+    # smaller than this are upscaled; larger ones are downscaled. 0: native.
     input_size: int = 640
+    # Smallest face (height in the frame's pixels) the run looks for: when the fast
+    # pass would see such a face smaller than streamdeid.detect.finder.SCAN_FACE_PX,
+    # an upscaled small-face scan runs as well (0: never). See detect/finder.py.
+    min_face: int = 12
+    # Seconds between small-face scans in a video (and on every scene cut); the
+    # tracker holds a small face between scans, so this stays under
+    # TrackConfig.hold_seconds (FaceStage clamps it).
+    scan_every: float = 0.25
     # Run the detector on every N-th frame (and on scene cuts), track in between.
     # None: 2, or 1 when the leak guard checks the anonymizer (dbaf): the guard
     # compares faces at their landmarks, and a predicted ("held") landmark set can
@@ -41,6 +52,11 @@ def detect_cadence(config: "PipelineConfig", guarded: bool) -> int:
 class TrackConfig:
     hold_seconds: float = 0.5  # keep a lost track covered at its predicted box this long
     high_score: float = 0.6  # ByteTrack first-stage detection score
+    # A track whose detections all scored under high_score is reported once it has
+    # been matched in this many detector runs (1: at once). The look-ahead buffer
+    # back-fills the frames before, so a confirmed face is covered from its start;
+    # an unconfirmed one (a false positive, usually) never shows as a flashing cover.
+    confirm_hits: int = 2
     match_iou: float = 0.2  # minimum IoU to associate a detection with a track
 
 

@@ -13,10 +13,12 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+
+import numpy as np
 
 from .config import PipelineConfig, detect_cadence
-from .detect import create_detector
+from .detect.finder import FaceFinder
 from .lookahead import LookaheadBuffer
 from .render import FrameRenderer, PastedFace
 from .scenecut import SceneCutDetector
@@ -47,6 +49,7 @@ class RunSummary:
     tracks: int = 0
     fallbacks: int = 0  # faces covered by solid fill because the anonymizer failed (or its track leaked)
     leak_fallbacks: int = 0  # tracks the leak guard switched to solid fill (dbaf)
+    smallest_face: float | None = None  # face height (px) the detection passes looked for
     seconds: float = 0.0
     interrupted: bool = False
     times: StageTimes = field(default_factory=StageTimes)
@@ -57,6 +60,8 @@ class RunSummary:
 
     def line(self) -> str:
         text = f"{self.frames} frames, {self.faces} faces, {self.tracks} tracks, {self.fps:.1f} fps"
+        if self.smallest_face is not None:
+            text += f", looked for faces from {self.smallest_face:.0f} px"
         if self.fallbacks:
             text += f", {self.fallbacks} faces fell back to solid fill"
         if self.leak_fallbacks:
@@ -74,31 +79,50 @@ class FaceStage:
     predictions from the previous shot say nothing about the new one, and a
     face first seen on a cut cannot be back-filled. With no face in view the
     detector runs every ``idle_every`` frames instead (the look-ahead covers
-    the frames before a newcomer's first detection).
+    the frames before a newcomer's first detection). The small-face scan
+    (detect/finder.py) runs on a detector run every ``scan_every`` frames and
+    on every cut; a small face's track is held in between, so the interval is
+    kept under the hold time.
     """
 
-    def __init__(self, config: PipelineConfig, fps: float, *, guarded: bool = False) -> None:
-        """``guarded``: the renderer runs a leak guard (sets the default cadence, see DetectConfig.every)."""
-        self.detector = create_detector(config.detect)
-        self.tracker = FaceTracker(fps=fps, config=config.track)
+    def __init__(self, config: PipelineConfig, fps: float, *, guarded: bool = False,
+                 lookahead_frames: int | None = None) -> None:
+        """``guarded``: the renderer runs a leak guard (sets the default cadence, see DetectConfig.every).
+        ``lookahead_frames``: the look-ahead buffer behind this stage; when it is too short to back-fill
+        the frames a weak track waits for its confirmation, weak tracks are reported at once."""
+        self.finder = FaceFinder(config.detect)
         self.every = detect_cadence(config, guarded)
         self.idle_every = max(self.every, config.detect.idle_every)
+        hold_frames = round(config.track.hold_seconds * fps)
+        self.scan_every = int(np.clip(round(config.detect.scan_every * fps), 1, max(1, hold_frames - self.every)))
+        track = config.track
+        if lookahead_frames is not None and lookahead_frames < self.scan_every + self.every:
+            track = replace(track, confirm_hits=1)  # privacy first: no frame may wait uncovered
+        self.tracker = FaceTracker(fps=fps, config=track)
         self.scene_cut = SceneCutDetector()
+        self.smallest_face: float | None = None  # set on the first frame
         self._countdown = 0  # frames until the next scheduled detection
+        self._since_scan = self.scan_every  # frames since the last small-face scan (scan on the first run)
 
     def __call__(self, frame: Frame, times: StageTimes, *, force_cut: bool = False) -> FrameResult:
         t0 = time.perf_counter()
         cut = self.scene_cut(frame.image) or force_cut
+        if self.smallest_face is None:
+            h, w = frame.image.shape[:2]
+            self.smallest_face = self.finder.smallest_face(w, h)
         if cut or self._countdown <= 0:
-            dets = self.detector.detect(frame.image)
+            scan = cut or self._since_scan >= self.scan_every
+            dets = self.finder.find(frame.image, scan=scan)
+            self._since_scan = 0 if scan else self._since_scan
             self._countdown = (self.every if len(dets) else self.idle_every) - 1
         else:
             dets = None
             self._countdown -= 1
+        self._since_scan += 1
         t1 = time.perf_counter()
-        faces = self.tracker.update(dets)
-        if faces and self._countdown >= self.every:
-            self._countdown = self.every - 1  # a held face: back to the tracking cadence
+        faces = self.tracker.update(dets, cut=cut)
+        if self.tracker.num_tracks and self._countdown >= self.every:
+            self._countdown = self.every - 1  # a tracked face: back to the tracking cadence
         times.add("detect", t1 - t0)
         times.add("track", time.perf_counter() - t1)
         return FrameResult(frame, faces, scene_cut=cut)
@@ -154,8 +178,8 @@ def process_frames(
     are emitted in order once rendered. Raises KeyboardInterrupt through, after
     rendering and emitting every frame already taken from ``items``.
     """
-    stage = FaceStage(config, fps, guarded=renderer.guard is not None)
     buffer = LookaheadBuffer(round(config.lookahead_seconds * fps))
+    stage = FaceStage(config, fps, guarded=renderer.guard is not None, lookahead_frames=buffer.capacity)
     render = RenderStage(renderer, observers, summary)
     # Frames leaving the look-ahead buffer are rendered together, so a batched
     # generator sees the faces of several frames in one call (1 for classic
@@ -189,6 +213,7 @@ def process_frames(
         if pending:
             flush()
         render.close()
+        summary.smallest_face = stage.smallest_face
 
 
 class _Worker(threading.Thread):

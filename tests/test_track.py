@@ -95,8 +95,9 @@ def test_crossing_faces_keep_distinct_ids():
 
 
 def test_every_detection_is_reported_even_low_scores_and_duplicates():
+    """With confirm_hits=1 (a live run whose look-ahead cannot back-fill a confirmation) nothing waits."""
     rng = np.random.default_rng(1)
-    tracker = FaceTracker(fps=30, config=TrackConfig(high_score=0.6))
+    tracker = FaceTracker(fps=30, config=TrackConfig(high_score=0.6, confirm_hits=1))
     for _ in range(60):
         n = int(rng.integers(0, 6))
         centers = rng.uniform(0, 400, (n, 2))
@@ -117,7 +118,7 @@ def test_low_score_detection_continues_track():
 
 
 def test_high_score_detections_are_matched_first():
-    tracker = FaceTracker(fps=25, config=TrackConfig(high_score=0.6, match_iou=0.2))
+    tracker = FaceTracker(fps=25, config=TrackConfig(high_score=0.6, match_iou=0.2, confirm_hits=1))
     tracker.update(dets([face(100, 100)]))
     # a low-score detection overlaps the track better, but the confident one wins it
     out = tracker.update(dets([face(101, 100), face(108, 100)], np.array([0.5, 0.9])))
@@ -223,3 +224,46 @@ def test_linear_assignment_beats_greedy_and_gates():
     matches, rows, cols = linear_assignment(np.array([[0.1, 0.5]]), 0.2)
     assert matches == [(0, 1)] and rows == [] and cols == [0]
     assert linear_assignment(np.zeros((0, 3)), 0.2) == ([], [], [0, 1, 2])
+
+
+def test_weak_track_is_reported_from_its_second_detection_strong_at_once():
+    tracker = FaceTracker(fps=25, config=TrackConfig(high_score=0.6, confirm_hits=2))
+    strong, weak = face(100, 100), face(300, 100)
+    out = tracker.update(dets([strong, weak], np.array([0.9, 0.35])))
+    assert [f.score for f in out] == [pytest.approx(0.9)]  # the weak one waits, unreported
+    assert tracker.update(None) and len(tracker.update(None)) == 1  # frames without a detector run
+    out = tracker.update(dets([strong, weak + 1.0], np.array([0.9, 0.4])))
+    assert sorted(f.state for f in out) == ["detected", "detected"]
+    assert {f.track_id for f in out} == {1, 2}  # the weak one kept the id it got on its first detection
+
+
+def test_unconfirmed_false_positive_never_shows():
+    tracker = FaceTracker(fps=10, config=TrackConfig(high_score=0.6, confirm_hits=2, hold_seconds=0.5))
+    out = tracker.update(dets([face(200, 200)], np.array([0.31])))
+    assert out == []
+    for _ in range(10):  # never seen again: held unreported, then dropped
+        assert tracker.update(Detections.empty()) == []
+    assert tracker.num_tracks == 0
+
+
+def test_weak_face_seen_only_by_periodic_scans_is_confirmed_by_the_next_scan():
+    """A small face found by the small-face scan every 4th run and missed by the fast pass in between."""
+    tracker = FaceTracker(fps=30, config=TrackConfig(high_score=0.6, confirm_hits=2, hold_seconds=0.5))
+    small = face(50, 50, h=12)
+    assert tracker.update(dets([small], np.array([0.4]))) == []
+    for _ in range(3):
+        assert tracker.update(Detections.empty()) == []
+    (f,) = tracker.update(dets([small], np.array([0.45])))
+    assert f.state == "detected" and f.track_id == 1
+    for _ in range(3):  # confirmed: held (covered) between scans
+        (f,) = tracker.update(Detections.empty())
+        assert f.state == "held"
+
+
+def test_scene_cut_drops_tracks_no_detection_continues():
+    tracker = FaceTracker(fps=25, config=TrackConfig(hold_seconds=1.0))
+    tracker.update(dets([face(100, 100), face(300, 100)]))
+    assert len(tracker.update(Detections.empty())) == 2  # no cut: both held
+    (f,) = tracker.update(dets([face(300, 100)]), cut=True)
+    assert f.track_id == 2 and f.state == "detected"  # the face gone with the old shot is not held
+    assert tracker.num_tracks == 1

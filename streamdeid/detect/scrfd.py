@@ -14,7 +14,7 @@ import cv2
 import numpy as np
 
 from streamdeid.config import DetectConfig
-from streamdeid.detect.base import as_bgr
+from streamdeid.detect.base import as_bgr, nms
 from streamdeid.types import Detections, StreamdeidError
 
 STRIDES = (8, 16, 32)
@@ -63,23 +63,6 @@ def decode_scrfd(outputs: list[np.ndarray], input_hw: tuple[int, int], score_thr
         boxes.append(distance2bbox(centers[keep], dist[keep]))
         kps.append(distance2kps(centers[keep], kdist[keep]))
     return np.concatenate(boxes), np.concatenate(scores), np.concatenate(kps)
-
-
-def nms(boxes: np.ndarray, scores: np.ndarray, iou_threshold: float) -> np.ndarray:
-    """Indices kept by greedy non-maximum suppression, best score first."""
-    x1, y1, x2, y2 = boxes.T
-    areas = np.maximum(x2 - x1, 0) * np.maximum(y2 - y1, 0)
-    order = np.argsort(-scores, kind="stable")
-    keep = []
-    while len(order):
-        i, rest = order[0], order[1:]
-        keep.append(i)
-        w = np.maximum(0.0, np.minimum(x2[i], x2[rest]) - np.maximum(x1[i], x1[rest]))
-        h = np.maximum(0.0, np.minimum(y2[i], y2[rest]) - np.maximum(y1[i], y1[rest]))
-        inter = w * h
-        iou = inter / np.maximum(areas[i] + areas[rest] - inter, 1e-9)
-        order = rest[iou <= iou_threshold]
-    return np.asarray(keep, dtype=np.int64)
 
 
 class ScrfdDetector:

@@ -159,8 +159,8 @@ def _run(source, output, config, live, summary, stop, observers, renderer,
     fps = src.fps
     stats = LiveStats(live.stats_interval, live.stats_json)
     renderer = renderer or default_renderer(config)
-    stage = FaceStage(config, fps, guarded=renderer.guard is not None)
     summary.lookahead_frames = live_lookahead_frames(config, live, fps)
+    stage = FaceStage(config, fps, guarded=renderer.guard is not None, lookahead_frames=summary.lookahead_frames)
     buffer = LookaheadBuffer(summary.lookahead_frames)
     render = RenderStage(renderer, observers, summary)
     stream_options = {"rtsp_transport": live.transport} if output.lower().startswith("rtsp") else None

@@ -1,8 +1,13 @@
 """ByteTrack-style face tracker with privacy-first output rules.
 
-* Every detection passed to ``update`` comes out as a ``TrackedFace`` in the
-  same frame (new tracks are reported at once; no min-hits confirmation, and
-  unmatched low-score detections also start tracks, unlike ByteTrack).
+* Every detection passed to ``update`` starts or continues a track (unmatched
+  low-score detections too, unlike ByteTrack). A track is reported from the
+  frame of its first detection scoring ``high_score`` or more; a track whose
+  detections all score lower (a dark, soft or small face, or a false positive)
+  from the detector run that matches it ``confirm_hits`` times. It is carried
+  (held, unreported) in between, so a face found only by the periodic
+  small-face scan is confirmed by the next scan. The look-ahead buffer covers
+  the frames before a track is first reported.
 * Two-stage association: detections with ``score >= high_score`` are matched
   to all tracks first, the remaining (low-score) ones to the tracks left over.
 * A track that misses its detection is reported as ``"held"`` at its
@@ -10,6 +15,8 @@
   the first detector run that missed it), then dropped.
   Held boxes keep their last observed size and their centre velocity is
   clamped, so they cannot grow or fly off explosively.
+* ``update(dets, cut=True)``: a scene cut. Tracks no detection continues are
+  dropped at once instead of held: their faces were in the previous shot.
 * ``update(None)`` means the detector was not run on this frame: every track
   is predicted and reported as held. Such a frame never drops a track that was
   seen at the last detector run, so detect-every-N keeps faces covered
@@ -30,16 +37,22 @@ MAX_HELD_SPEED = 0.25
 
 
 class _Track:
-    __slots__ = ("track_id", "mean", "cov", "score", "landmarks_rel", "height", "misses", "lost_age")
+    __slots__ = ("track_id", "mean", "cov", "score", "landmarks_rel", "height", "misses", "lost_age", "hits",
+                 "confirmed")
 
-    def __init__(self, track_id: int, kf: KalmanFilter, box: np.ndarray, score: float, landmarks: np.ndarray) -> None:
+    def __init__(self, track_id: int, kf: KalmanFilter, box: np.ndarray, score: float, landmarks: np.ndarray,
+                 config: TrackConfig) -> None:
         self.track_id = track_id
         self.mean, self.cov = kf.initiate(xyxy_to_xyah(box))
         self.misses = 0  # frames since the last matched detection
         self.lost_age = 0  # frames since a detector run first missed it (0: not lost)
-        self._observe(box, score, landmarks)
+        self.hits = 0  # detector runs that matched it
+        self.confirmed = False  # reported (see the module docstring)
+        self._observe(box, score, landmarks, config)
 
-    def _observe(self, box: np.ndarray, score: float, landmarks: np.ndarray) -> None:
+    def _observe(self, box: np.ndarray, score: float, landmarks: np.ndarray, config: TrackConfig) -> None:
+        self.hits += 1
+        self.confirmed = self.confirmed or score >= config.high_score or self.hits >= config.confirm_hits
         x1, y1, x2, y2 = box.astype(np.float64)
         w, h = max(x2 - x1, 1e-3), max(y2 - y1, 1e-3)
         self.height = h
@@ -48,11 +61,12 @@ class _Track:
         # predicted box while the track is held
         self.landmarks_rel = (landmarks.astype(np.float64) - ((x1 + x2) / 2, (y1 + y2) / 2)) / (w, h)
 
-    def update(self, kf: KalmanFilter, box: np.ndarray, score: float, landmarks: np.ndarray) -> None:
+    def update(self, kf: KalmanFilter, box: np.ndarray, score: float, landmarks: np.ndarray,
+               config: TrackConfig) -> None:
         self.mean, self.cov = kf.update(self.mean, self.cov, xyxy_to_xyah(box))
         self.misses = 0
         self.lost_age = 0
-        self._observe(box, score, landmarks)
+        self._observe(box, score, landmarks, config)
 
     def predict(self, kf: KalmanFilter) -> None:
         if self.misses > 0:
@@ -92,7 +106,7 @@ class FaceTracker:
         self._next_id += 1
         return tid
 
-    def update(self, dets: Detections | None) -> list[TrackedFace]:
+    def update(self, dets: Detections | None, *, cut: bool = False) -> list[TrackedFace]:
         for t in self._tracks:
             t.predict(self._kf)
             t.misses += 1
@@ -101,7 +115,7 @@ class FaceTracker:
 
         if dets is None:
             self._tracks = [t for t in self._tracks if t.lost_age <= self.hold_frames]
-            return [self._held(t) for t in self._tracks]
+            return [self._held(t) for t in self._tracks if t.confirmed]
 
         boxes, scores, landmarks = dets.boxes, dets.scores, dets.landmarks
         high = np.flatnonzero(scores >= self.config.high_score)
@@ -120,10 +134,11 @@ class FaceTracker:
 
         out: list[TrackedFace] = []
         for ti, di in matched.items():
-            self._tracks[ti].update(self._kf, boxes[di], scores[di], landmarks[di])
+            self._tracks[ti].update(self._kf, boxes[di], scores[di], landmarks[di], self.config)
         # PRIVACY: unmatched detections (high or low score) start tracks now
         unmatched = sorted([int(high[i]) for i in free_high] + [int(low[i]) for i in free_low])
-        new_tracks = [_Track(self._new_id(), self._kf, boxes[di], scores[di], landmarks[di]) for di in unmatched]
+        new_tracks = [_Track(self._new_id(), self._kf, boxes[di], scores[di], landmarks[di], self.config)
+                      for di in unmatched]
         det_of = {id(self._tracks[ti]): di for ti, di in matched.items()}
         det_of.update({id(t): di for t, di in zip(new_tracks, unmatched)})
 
@@ -131,12 +146,14 @@ class FaceTracker:
         for t in self._tracks + new_tracks:
             di = det_of.get(id(t))
             if di is not None:
-                out.append(TrackedFace(t.track_id, boxes[di], landmarks[di], float(scores[di]), "detected"))
+                if t.confirmed:
+                    out.append(TrackedFace(t.track_id, boxes[di], landmarks[di], float(scores[di]), "detected"))
                 kept.append(t)
                 continue
             t.lost_age = t.lost_age or 1
-            if t.lost_age <= self.hold_frames:
-                out.append(self._held(t))
+            if t.lost_age <= self.hold_frames and not cut:
+                if t.confirmed:
+                    out.append(self._held(t))
                 kept.append(t)
         self._tracks = kept
         return out
