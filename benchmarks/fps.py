@@ -2,6 +2,9 @@
 """Throughput of streamdeid on a clip: end-to-end fps, per-stage ms, transcode ceiling.
 
     python benchmarks/fps.py ../shared/media/short_hamilton_clip.mp4 --vs-deface --json out.json
+    python benchmarks/fps.py hamilton1080 --vs-deface     # the same footage scaled to 1920x1080
+    cd /tmp/base && PYTHONPATH=/tmp/base python /work/main/benchmarks/fps.py CLIP   # an older commit's
+                                                          # worktree, for before/after figures
 
 Prints a table and writes JSON. ``--vs-deface`` runs deface 1.5 (CPU execution
 provider) on the same clip in the same run, alternating with streamdeid, both
@@ -96,6 +99,23 @@ def make_noface_clip(path: Path, frames: int = 300, size: tuple[int, int] = (640
     return path
 
 
+def make_1080p_clip(path: Path, frames: int = 120) -> Path:
+    """The first ``frames`` of the shared short_hamilton_clip.mp4 scaled to 1920x1080 (no 1080p clip is shared)."""
+    import cv2
+
+    src = Path(__file__).resolve().parents[2] / "shared" / "media" / "short_hamilton_clip.mp4"
+    with av.open(str(src)) as inp, av.open(str(path), "w") as out:
+        s = out.add_stream("libx264", rate=inp.streams.video[0].average_rate, options={"crf": "18"})
+        s.width, s.height, s.pix_fmt = 1920, 1080, "yuv420p"
+        for i, frame in enumerate(inp.decode(video=0)):
+            if i >= frames:
+                break
+            big = cv2.resize(frame.to_ndarray(format="bgr24"), (1920, 1080), interpolation=cv2.INTER_CUBIC)
+            out.mux(s.encode(av.VideoFrame.from_ndarray(big, format="bgr24")))
+        out.mux(s.encode())
+    return path
+
+
 def frame_count(clip: str) -> int:
     with av.open(clip) as c:
         return sum(1 for _ in c.decode(video=0))
@@ -103,7 +123,8 @@ def frame_count(clip: str) -> int:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("clip", help="a video file, or 'noface' for a generated 640x360 clip without faces")
+    ap.add_argument("clip", help="a video file; 'noface' for a generated 640x360 clip without faces; "
+                                 "'hamilton1080' for short_hamilton_clip.mp4's first 120 frames at 1920x1080")
     ap.add_argument("--anonymizer", default="blur")
     ap.add_argument("--detect-every", type=int, default=None, help="default: the pipeline's default")
     ap.add_argument("--repeat", type=int, default=3, help="runs per tool; the median is reported")
@@ -121,6 +142,8 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="streamdeid-fps-"))
     if args.clip == "noface":
         args.clip = str(make_noface_clip(tmp / "noface.mp4"))
+    elif args.clip == "hamilton1080":
+        args.clip = str(make_1080p_clip(tmp / "hamilton1080.mp4"))
     suffix = Path(args.clip).suffix
     result: dict = {"clip": args.clip, "anonymizer": args.anonymizer, "detect_every": config.detect.every or "default",
                     "cpu_count": os.cpu_count()}

@@ -3,7 +3,8 @@
 Detectors often find a face a few frames after it became visible (it turns,
 grows, leaves motion blur). Holding the last ``capacity`` tracked frames back
 lets a track that starts at frame t also cover frames t-capacity..t-1 at its
-first known position (state ``"backfilled"``), back to the start of its shot.
+first known position (state ``"backfilled"``), back to the start of its shot,
+widened the further back it goes (TrackedFace.widened: the face may have moved).
 """
 
 from __future__ import annotations
@@ -42,9 +43,8 @@ class LookaheadBuffer:
         face cannot have been there before the shot began."""
         if first.scene_cut:
             return
-        for earlier in reversed(self._buf):
+        for back, earlier in enumerate(reversed(self._buf), start=1):
             if not any(f.track_id == face.track_id for f in earlier.faces):
-                earlier.faces.append(
-                    TrackedFace(face.track_id, face.box.copy(), face.landmarks.copy(), face.score, "backfilled"))
+                earlier.faces.append(face.widened(back, "backfilled"))
             if earlier.scene_cut:
                 return

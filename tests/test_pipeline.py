@@ -121,45 +121,53 @@ def test_render_face_outside_frame_is_skipped() -> None:
     assert _renderer(BlurAnonymizer()).render(_result(0, [face])) == []
 
 
-class _CountingDetector:
+class _CountingFinder:
+    """Stands in for FaceStage.finder: records the frames it ran on and which of them had the scan."""
+
     def __init__(self, faces: bool) -> None:
         self.calls: list[int] = []
+        self.scans: list[int] = []
         self.faces = faces
         self.frame = 0
 
-    def detect(self, image):
+    def find(self, image, *, scan: bool):
         from streamdeid.types import Detections
 
         self.calls.append(self.frame)
+        if scan:
+            self.scans.append(self.frame)
         if self.faces:
             return Detections(BOX[None], np.array([0.9]), LM[None])
         return Detections.empty()
 
+    def smallest_face(self, width: int, height: int) -> float:
+        return 12.0
 
-def _counting_stage(faces: bool, every: int | None = 2, guarded: bool = False):
-    """A FaceStage (detect every ``every``-th frame, every 4th while idle) whose detector counts its calls."""
+
+def _counting_stage(faces: bool, every: int | None = 2, guarded: bool = False, fps: float = 25):
+    """A FaceStage (detect every ``every``-th frame, every 4th while idle) whose finder counts its calls."""
     cfg = PipelineConfig()
     cfg.detect.every, cfg.detect.idle_every = every, 4
-    stage = FaceStage(cfg, fps=25, guarded=guarded)
-    stage.detector = _CountingDetector(faces)
+    stage = FaceStage(cfg, fps=fps, guarded=guarded)
+    stage.finder = _CountingFinder(faces)
     return stage
 
 
 def _detected_frames(stage, n: int = 12) -> list[int]:
     for i in range(n):
-        stage.detector.frame = i
+        stage.finder.frame = i
         stage(Frame(i, np.full((240, 320, 3), 100, np.uint8), i, None), StageTimes())
-    return stage.detector.calls
+    return stage.finder.calls
 
 
 @pytest.mark.parametrize("faces, expected", [(False, [0, 4, 8]), (True, [0, 2, 4, 6, 8, 10])])
 def test_detection_cadence_idle_and_tracking(faces: bool, expected: list[int]) -> None:
     stage = _counting_stage(faces)
     for i in range(12):
-        stage.detector.frame = i
+        stage.finder.frame = i
         result = stage(Frame(i, np.full((240, 320, 3), 100, np.uint8), i, None), StageTimes())
         assert bool(result.faces) == faces
-    assert stage.detector.calls == expected
+    assert stage.finder.calls == expected
 
 
 @pytest.mark.parametrize("every, guarded, expected", [(None, False, [0, 2, 4, 6, 8]), (None, True, list(range(10))),
@@ -173,11 +181,22 @@ def test_default_cadence_detects_every_frame_under_the_leak_guard(every, guarded
 def test_scene_cut_forces_detection() -> None:
     stage = _counting_stage(False)
     for i in range(4):
-        stage.detector.frame = i
+        stage.finder.frame = i
         value = 20 if i < 2 else 230  # the picture changes wholesale at frame 2
         result = stage(Frame(i, np.full((240, 320, 3), value, np.uint8), i, None), StageTimes())
-    assert stage.detector.calls == [0, 2]
+    assert stage.finder.calls == [0, 2]
+    assert stage.finder.scans == [0, 2]  # a cut also gets the small-face scan
     assert result.scene_cut is False
+
+
+@pytest.mark.parametrize("fps, scans", [(25, [0, 6, 12, 18]), (10, [0, 2, 4, 6, 8, 10, 12, 14, 16, 18])])
+def test_small_face_scan_every_quarter_second_on_a_detector_run(fps: float, scans: list[int]) -> None:
+    """DetectConfig.scan_every = 0.25 s: 6 frames at 25 fps; at 10 fps 2.5 frames round to 2 (and a small
+    face's track, held 5 frames there, is refreshed before it expires)."""
+    stage = _counting_stage(True, fps=fps)
+    _detected_frames(stage, 20)
+    assert stage.finder.scans == scans
+    assert set(stage.finder.scans) <= set(stage.finder.calls)
 
 
 class _CountingBlur(BlurAnonymizer):

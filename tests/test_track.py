@@ -5,7 +5,7 @@ import pytest
 
 from streamdeid.config import TrackConfig
 from streamdeid.track import FaceTracker, KalmanFilter, hungarian, iou_matrix, linear_assignment
-from streamdeid.types import Detections
+from streamdeid.types import UNSEEN_GROWTH, Detections
 
 TEMPLATE_LM = np.array([[0.34, 0.46], [0.66, 0.46], [0.5, 0.64], [0.37, 0.82], [0.63, 0.82]])  # in box units
 
@@ -64,8 +64,10 @@ def test_missed_detection_is_held_at_predicted_box_then_dropped():
         assert len(out) == 1
         f = out[0]
         assert f.state == "held" and f.track_id == 1
-        expected = face(100 + vx * (14 + k), 100)
-        assert np.abs(f.box - expected).max() < 2.0
+        expected = face(100 + vx * (14 + k), 100)  # the prediction, widened by k frames unseen
+        grow = 1 + UNSEEN_GROWTH * k
+        assert np.abs((f.box[:2] + f.box[2:]) / 2 - (expected[:2] + expected[2:]) / 2).max() < 2.0
+        np.testing.assert_allclose(f.box[2:] - f.box[:2], (expected[2:] - expected[:2]) * grow, rtol=0.05)
         np.testing.assert_allclose(f.landmarks, landmarks_for(f.box), atol=1e-3)  # landmarks follow the box
     assert tracker.update(Detections.empty()) == []
     assert tracker.num_tracks == 0

@@ -97,6 +97,17 @@ def face_pool(folder: str | Path, *, limit: int | None = None, seed: int = 0,
     return pool
 
 
+def crowd_pool(folder: str | Path, *, limit: int = 400, seed: int = 0) -> list[Path]:
+    """The pool the recall benchmark and test draw crowds from: ``limit`` crops whose own face box
+    agrees with FACE_BOX. Unfiltered, a crowd had a white crop with a number on it and other
+    non-faces among its ground truth."""
+    from ..config import DetectConfig
+    from ..detect import create_detector
+
+    return face_pool(folder, limit=limit, seed=seed,
+                     detector=create_detector(DetectConfig(input_size=0, score_threshold=0.5)))
+
+
 def crop_face_box(crop: np.ndarray, detector) -> np.ndarray | None:
     """The detector's face box in an aligned crop as crop fractions [4], seen as make_crowd pastes it
     (1:1 scale, grey surround); None when it finds no face. Used to measure :data:`FACE_BOX`."""

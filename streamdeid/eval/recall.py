@@ -175,9 +175,16 @@ class RecallReport:
             cell[1] += 1
         return {k: (v[0], v[1]) for k, v in out.items()}
 
-    def recall(self, min_height: float = 0.0, max_height: float = math.inf) -> tuple[int, int]:
-        sel = [o for o in self.outcomes if min_height <= o.face.height < max_height]
+    def recall(self, min_height: float = 0.0, max_height: float = math.inf,
+               ignore: frozenset[str] = frozenset()) -> tuple[int, int]:
+        """(covered, total) of faces in the height range; faces found only by ``ignore`` sources left out."""
+        sel = [o for o in self.outcomes if min_height <= o.face.height < max_height
+               and not set(o.face.sources) <= ignore]
         return sum(o.covered for o in sel), len(sel)
+
+    def sources(self) -> list[str]:
+        """Every reference source that found a face here, in first-seen order."""
+        return list(dict.fromkeys(s for o in self.outcomes for s in o.face.sources))
 
     def to_json(self) -> dict:
         return {

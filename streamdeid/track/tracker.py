@@ -10,9 +10,10 @@
   the frames before a track is first reported.
 * Two-stage association: detections with ``score >= high_score`` are matched
   to all tracks first, the remaining (low-score) ones to the tracks left over.
-* A track that misses its detection is reported as ``"held"`` at its
-  Kalman-predicted box for ``round(hold_seconds * fps)`` frames (counted from
-  the first detector run that missed it), then dropped.
+* A track that misses its detection is reported as ``"held"`` for
+  ``round(hold_seconds * fps)`` frames (counted from the first detector run
+  that missed it), then dropped. The held box is the Kalman-predicted one,
+  widened with every frame unseen (TrackedFace.widened).
   Held boxes keep their last observed size and their centre velocity is
   clamped, so they cannot grow or fly off explosively.
 * ``update(dets, cut=True)``: a scene cut. Tracks no detection continues are
@@ -160,4 +161,7 @@ class FaceTracker:
 
     @staticmethod
     def _held(t: _Track) -> TrackedFace:
-        return TrackedFace(t.track_id, t.box(), t.held_landmarks(), t.score, "held")
+        """The predicted face, widened by the frames since a detector run first missed it (between
+        runs, the frames the detector skips, it is not widened: it was seen at the last run)."""
+        face = TrackedFace(t.track_id, t.box(), t.held_landmarks(), t.score, "held")
+        return face.widened(t.lost_age, "held") if t.lost_age else face
