@@ -34,7 +34,6 @@ file's sha256 and the reference's settings).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import shlex
@@ -46,6 +45,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from streamdeid.anonymize.dbaf import sha256_file
 from streamdeid.eval.recall import (
     SIZE_BUCKETS,
     CenterFaceReference,
@@ -73,18 +73,10 @@ DEFAULT_MEDIA = [
 ]
 
 
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def cached(path: Path, key: str, compute) -> dict[int, np.ndarray]:
     """Reference boxes of ``path`` for settings ``key``, computed once."""
     CACHE.mkdir(parents=True, exist_ok=True)
-    file = CACHE / f"{sha256(path)[:16]}-{key}.json"
+    file = CACHE / f"{sha256_file(path)[:16]}-{key}.json"
     if file.exists():
         return {int(k): np.asarray(v, np.float64).reshape(-1, 4) for k, v in json.loads(file.read_text()).items()}
     t0 = time.perf_counter()
@@ -96,8 +88,9 @@ def cached(path: Path, key: str, compute) -> dict[int, np.ndarray]:
 
 
 def references(path: Path, names: list[str], args, hand: HandLabels | None) -> dict[str, dict[int, np.ndarray]]:
+    """{source: boxes per frame}; hand labels first, so a merged face keeps the box a person drew."""
     out: dict[str, dict[int, np.ndarray]] = {}
-    for name in names:
+    for name in sorted(names, key=lambda n: n != "hand"):
         if name == "hand":
             if hand is not None:
                 out.update(hand.sources(path.name))

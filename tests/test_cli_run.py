@@ -28,8 +28,21 @@ def test_help_explains_options() -> None:
     proc = run_cli("run", "--help")
     out = proc.stdout.decode()
     assert proc.returncode == 0
-    for opt in ("--detect-every", "--hold", "--lookahead", "--key-file", "--export-tracks", "--crf"):
+    for opt in ("--detect-every", "--hold", "--lookahead", "--key-file", "--export-tracks", "--crf", "--min-face"):
         assert opt in out
+
+
+def test_summary_says_which_faces_were_looked_for(tmp_path: Path, media: Path) -> None:
+    """320x240: the fast pass (640 px) sees 12 px faces at 24 px, so no scan is needed for the default;
+    --min-face 6 needs the scan at 2x (1280 px) and says so; --min-face 0 turns the scan off."""
+    src = make_video(tmp_path / "in.mp4", face_frames(media, 4))
+    lines = {}
+    for flag in ("12", "6", "0"):
+        proc = run_cli("run", str(src), "-o", str(tmp_path / f"o{flag}.mp4"), "--no-progress", "--min-face", flag)
+        assert proc.returncode == 0, _err_line(proc)
+        lines[flag] = proc.stderr.decode().splitlines()[0]
+    assert "looked for faces from 6 px" in lines["6"]
+    assert "looked for faces from 12 px" in lines["12"] and "looked for faces from 12 px" in lines["0"]
 
 
 def test_synthetic_face_video_is_covered_and_timing_kept(tmp_path: Path, media: Path) -> None:

@@ -77,7 +77,8 @@ class ReferenceSource(Protocol):
 
 
 def merge_references(per_source: dict[str, FrameBoxes], iou: float = MERGE_IOU) -> list[ReferenceFace]:
-    """One ReferenceFace per face found by any source (greedy IoU merge, first source's box kept)."""
+    """One ReferenceFace per face found by any source (greedy IoU merge; the box of the first source in
+    ``per_source``'s order is kept, so put the most trusted first: hand labels)."""
     faces: list[ReferenceFace] = []
     frames = sorted({f for boxes in per_source.values() for f in boxes})
     for f in frames:
