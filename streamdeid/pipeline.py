@@ -15,8 +15,6 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 
-import numpy as np
-
 from .config import PipelineConfig, detect_cadence
 from .detect.finder import FaceFinder
 from .lookahead import LookaheadBuffer
@@ -50,6 +48,7 @@ class RunSummary:
     fallbacks: int = 0  # faces covered by solid fill because the anonymizer failed (or its track leaked)
     leak_fallbacks: int = 0  # tracks the leak guard switched to solid fill (dbaf)
     smallest_face: float | None = None  # face height (px) the detection passes looked for
+    scans_skipped: int = 0  # small-face scans a live run skipped to keep up (see FaceStage.scan_gate)
     seconds: float = 0.0
     interrupted: bool = False
     times: StageTimes = field(default_factory=StageTimes)
@@ -62,6 +61,8 @@ class RunSummary:
         text = f"{self.frames} frames, {self.faces} faces, {self.tracks} tracks, {self.fps:.1f} fps"
         if self.smallest_face is not None:
             text += f", looked for faces from {self.smallest_face:.0f} px"
+        if self.scans_skipped:
+            text += f" (small-face scan skipped {self.scans_skipped} times to keep up)"
         if self.fallbacks:
             text += f", {self.fallbacks} faces fell back to solid fill"
         if self.leak_fallbacks:
@@ -86,21 +87,25 @@ class FaceStage:
     """
 
     def __init__(self, config: PipelineConfig, fps: float, *, guarded: bool = False,
-                 lookahead_frames: int | None = None) -> None:
+                 lookahead_frames: int | None = None, scan_gate: Callable[[], bool] | None = None) -> None:
         """``guarded``: the renderer runs a leak guard (sets the default cadence, see DetectConfig.every).
         ``lookahead_frames``: the look-ahead buffer behind this stage; when it is too short to back-fill
-        the frames a weak track waits for its confirmation, weak tracks are reported at once."""
+        the frames a weak track waits for its confirmation, weak tracks are reported at once.
+        ``scan_gate``: asked before a due small-face scan (live runs: is there time for it?); a scan it
+        refuses is counted in ``scans_skipped`` and tried again at the next detector run."""
         self.finder = FaceFinder(config.detect)
         self.every = detect_cadence(config, guarded)
         self.idle_every = max(self.every, config.detect.idle_every)
         hold_frames = round(config.track.hold_seconds * fps)
-        self.scan_every = int(np.clip(round(config.detect.scan_every * fps), 1, max(1, hold_frames - self.every)))
+        self.scan_every = max(1, min(round(config.detect.scan_every * fps), hold_frames - self.every))
         track = config.track
         if lookahead_frames is not None and lookahead_frames < self.scan_every + self.every:
             track = replace(track, confirm_hits=1)  # privacy first: no frame may wait uncovered
         self.tracker = FaceTracker(fps=fps, config=track)
         self.scene_cut = SceneCutDetector()
         self.smallest_face: float | None = None  # set on the first frame
+        self.scan_gate = scan_gate
+        self.scans_skipped = 0
         self._countdown = 0  # frames until the next scheduled detection
         self._since_scan = self.scan_every  # frames since the last small-face scan (scan on the first run)
 
@@ -112,8 +117,12 @@ class FaceStage:
             self.smallest_face = self.finder.smallest_face(w, h)
         if cut or self._countdown <= 0:
             scan = cut or self._since_scan >= self.scan_every
+            if scan and not cut and self.scan_gate is not None and not self.scan_gate():
+                scan = False
+                self.scans_skipped += 1
             dets = self.finder.find(frame.image, scan=scan)
-            self._since_scan = 0 if scan else self._since_scan
+            if scan:
+                self._since_scan = 0
             self._countdown = (self.every if len(dets) else self.idle_every) - 1
         else:
             dets = None
@@ -214,6 +223,7 @@ def process_frames(
             flush()
         render.close()
         summary.smallest_face = stage.smallest_face
+        summary.scans_skipped = stage.scans_skipped
 
 
 class _Worker(threading.Thread):

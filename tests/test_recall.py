@@ -152,10 +152,6 @@ def test_defaults_cover_every_hand_labelled_face(name: str, media: Path, tmp_pat
 
 # Hand-labelled faces the defaults leave uncovered, as measured, with why: (frame, x1, y1) of the box.
 KNOWN_MISSES = {
-    # A motion-blurred woman at the left edge, moving fast: at 65 her held box (last seen at 58) drifts
-    # right while she moves 30 px left (motion compensation: issue 19). Her back-filled frames (45, 50)
-    # were missed too until held and back-filled covers widened with the frames unseen.
-    "short_hamilton_clip.mp4": {(65, 16, 132)},
     # A 43 px side profile with glasses: YuNet does not find it (no profile pass yet).
     "one-by-one-person-detection.mp4": {(852, 549, 72)},
 }

@@ -13,9 +13,9 @@
 * A track that misses its detection is reported as ``"held"`` for
   ``round(hold_seconds * fps)`` frames (counted from the first detector run
   that missed it), then dropped. The held box is the Kalman-predicted one,
-  widened with every frame unseen (TrackedFace.widened).
-  Held boxes keep their last observed size and their centre velocity is
-  clamped, so they cannot grow or fly off explosively.
+  widened with every frame unseen (TrackedFace.widened, bounded). The
+  prediction itself keeps its last observed size and a clamped centre
+  velocity, so it cannot grow or fly off explosively.
 * ``update(dets, cut=True)``: a scene cut. Tracks no detection continues are
   dropped at once instead of held: their faces were in the previous shot.
 * ``update(None)`` means the detector was not run on this frame: every track
