@@ -237,3 +237,15 @@ def test_pipeline_batches_frames_for_batching_anonymizers(media) -> None:
     process_frames(frames, cfg, _renderer(anon, cfg), fps=25, emit=emitted.append, summary=RunSummary())
     assert [f.index for f in emitted] == list(range(10))  # order kept
     assert len(anon.batches) == 3 and sum(anon.batches) >= 10  # 4 + 4 + 2 frames' faces
+
+
+def test_scan_gate_skips_due_scans_but_never_the_scan_of_a_cut() -> None:
+    """A live run asks before each due scan (live/runner.py: is there time?); a refused scan is counted
+    and the next detector run asks again; a scene cut scans regardless."""
+    stage = _counting_stage(True)
+    stage.scan_gate = lambda: False
+    _detected_frames(stage, 12)
+    assert stage.finder.scans == [] and stage.scans_skipped == len(stage.finder.calls)  # due from the start
+    stage.finder.frame = 12
+    stage(Frame(12, np.full((240, 320, 3), 230, np.uint8), 12, None), StageTimes())  # the picture changes
+    assert stage.finder.scans == [12]
