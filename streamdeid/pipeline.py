@@ -48,7 +48,7 @@ class RunSummary:
     fallbacks: int = 0  # faces covered by solid fill because the anonymizer failed (or its track leaked)
     leak_fallbacks: int = 0  # tracks the leak guard switched to solid fill (dbaf)
     smallest_face: float | None = None  # face height (px) the detection passes looked for
-    scans_skipped: int = 0  # small-face scans a live run skipped to keep up (see FaceStage.scan_gate)
+    scans_skipped: int = 0  # detector runs at which a due small-face scan was put off (FaceStage.scan_gate)
     seconds: float = 0.0
     interrupted: bool = False
     times: StageTimes = field(default_factory=StageTimes)
@@ -62,7 +62,7 @@ class RunSummary:
         if self.smallest_face is not None:
             text += f", looked for faces from {self.smallest_face:.0f} px"
         if self.scans_skipped:
-            text += f" (small-face scan skipped {self.scans_skipped} times to keep up)"
+            text += f" (small-face scan put off at {self.scans_skipped} detector runs to keep up)"
         if self.fallbacks:
             text += f", {self.fallbacks} faces fell back to solid fill"
         if self.leak_fallbacks:
@@ -91,8 +91,8 @@ class FaceStage:
         """``guarded``: the renderer runs a leak guard (sets the default cadence, see DetectConfig.every).
         ``lookahead_frames``: the look-ahead buffer behind this stage; when it is too short to back-fill
         the frames a weak track waits for its confirmation, weak tracks are reported at once.
-        ``scan_gate``: asked before a due small-face scan (live runs: is there time for it?); a scan it
-        refuses is counted in ``scans_skipped`` and tried again at the next detector run."""
+        ``scan_gate``: asked before a due small-face scan (live runs: is there time for it?); each refusal
+        is counted in ``scans_skipped`` and the scan is tried again at the next detector run."""
         self.finder = FaceFinder(config.detect)
         self.every = detect_cadence(config, guarded)
         self.idle_every = max(self.every, config.detect.idle_every)

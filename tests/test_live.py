@@ -376,6 +376,7 @@ def test_rtsp_segments_playable_monotonic_faces_covered(rtsp_server: RtspServer,
                            renderer=keep, on_segment_open=opened.append, on_segment_close=closed.append)
     finally:
         pub.end()
+    print(summary.line())  # with -s: fps, latency, and how many small-face scans were skipped to keep up
     assert summary.stop_reason == "stop_after" and summary.exit_code == 0
     assert summary.frames >= 150, summary.line()  # ~8 s at 30 fps, minus the start
     assert len(summary.segments) >= 2 and summary.segments == closed == opened
