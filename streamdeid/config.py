@@ -14,9 +14,7 @@ class DetectConfig:
     backend: str = "yunet"  # name in streamdeid.detect.REGISTRY
     model_path: str | None = None  # None: the model the backend ships with
     # Lowest detection score kept. Privacy first: 0.3 finds dark and soft faces 0.5
-    # misses (benchmarks/recall.py); in videos a track whose detections all score
-    # under TrackConfig.high_score is only reported once a second detector run
-    # confirms it, and the look-ahead then covers the frames before.
+    # misses (benchmarks/recall.py); see TrackConfig.confirm_hits for weak tracks.
     score_threshold: float = 0.3
     nms_threshold: float = 0.3
     # Longest side of the image the fast pass sees on every detector run. Frames
@@ -53,10 +51,12 @@ class TrackConfig:
     hold_seconds: float = 0.5  # keep a lost track covered at its predicted box this long
     high_score: float = 0.6  # ByteTrack first-stage detection score
     # A track whose detections all scored under high_score is reported once it has
-    # been matched in this many detector runs (1: at once). The look-ahead buffer
-    # back-fills the frames before, so a confirmed face is covered from its start;
-    # an unconfirmed one (a false positive, usually) never shows as a flashing cover.
-    confirm_hits: int = 2
+    # been matched in this many detector runs (1: at once, the default). With 2 the
+    # look-ahead back-fills the frames before a confirmation and a false positive
+    # seen once never flashes a cover, but a weak face seen at one detector run only
+    # is never covered: on one-by-one-person-detection.mp4 a side profile (frame
+    # 852) was left visible with 2 and covered with 1. Privacy first: 1.
+    confirm_hits: int = 1
     match_iou: float = 0.2  # minimum IoU to associate a detection with a track
 
 

@@ -151,10 +151,7 @@ def test_defaults_cover_every_hand_labelled_face(name: str, media: Path, tmp_pat
 
 
 # Hand-labelled faces the defaults leave uncovered, as measured, with why: (frame, x1, y1) of the box.
-KNOWN_MISSES = {
-    # A 43 px side profile with glasses: YuNet does not find it (no profile pass yet).
-    "one-by-one-person-detection.mp4": {(852, 549, 72)},
-}
+KNOWN_MISSES: dict[str, set[tuple[int, int, int]]] = {}
 
 
 def test_defaults_on_a_synthetic_crowd(media: Path, tmp_path: Path):
