@@ -95,7 +95,7 @@ class FaceFinder:
         if self.cfg.min_face <= 0:
             return None
         longest = max(width, height)
-        fast = max(scaled_size(width, height, self.cfg.input_size))
+        fast = self._fast_side(width, height)
         if self.cfg.min_face * fast / longest >= SCAN_FACE_PX:
             return None  # the fast pass already sees min_face faces large enough
         side = min(round(longest * SCAN_FACE_PX / self.cfg.min_face), MAX_SCAN_SIDE)
@@ -104,8 +104,12 @@ class FaceFinder:
     def smallest_face(self, width: int, height: int) -> float:
         """Face height (source pixels) the passes look for in a frame of this size."""
         longest = max(width, height)
-        side = self.scan_side(width, height) or max(scaled_size(width, height, self.cfg.input_size))
+        side = self.scan_side(width, height) or self._fast_side(width, height)
         return SCAN_FACE_PX * longest / side
+
+    def _fast_side(self, width: int, height: int) -> int:
+        """Longest side of the fast pass's input for a frame of this size."""
+        return max(scaled_size(width, height, self.cfg.input_size))
 
     def _scanner(self, side: int) -> Detector:
         if self._scan is None or self._scan_side != side:
@@ -124,6 +128,6 @@ class FaceFinder:
             # Each pass is trusted for the sizes it sees well: a face the fast pass sees at twice its
             # floor is the fast pass's to find; the scan's larger boxes are upscaling artefacts
             # (a 115 px "face" on obama.jpg's tie) or duplicates.
-            fast_floor = SCAN_FACE_PX * max(h, w) / max(scaled_size(w, h, self.cfg.input_size))
+            fast_floor = SCAN_FACE_PX * max(h, w) / self._fast_side(w, h)
             found.append(small[(small.boxes[:, 3] - small.boxes[:, 1]) < 2 * fast_floor] if len(small) else small)
         return merge(found, self.cfg.nms_threshold)

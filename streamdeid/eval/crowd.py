@@ -26,6 +26,8 @@ import cv2
 import numpy as np
 
 from ..video.images import IMAGE_EXTENSIONS, is_image
+from .recall import read_frames
+from .recognizers import box_iou
 
 # Face box inside an aligned UTKFace crop, as fractions of the crop side
 # (x1, y1, x2, y2). Measured with YuNet at native resolution
@@ -128,7 +130,7 @@ def _crop_box_iou(crop: np.ndarray | None, detector) -> float:
     if crop is None:
         return 0.0
     box = crop_face_box(crop, detector)
-    return 0.0 if box is None else float(_iou(box[None], np.array([FACE_BOX]))[0, 0])
+    return 0.0 if box is None else float(box_iou(box[None], np.array([FACE_BOX]))[0, 0])
 
 
 def fit_background(background: np.ndarray, size: tuple[int, int]) -> np.ndarray:
@@ -144,12 +146,8 @@ def fit_background(background: np.ndarray, size: tuple[int, int]) -> np.ndarray:
 
 def read_frame(video: str | Path, index: int = 0) -> np.ndarray:
     """Frame ``index`` of a video as [H, W, 3] uint8 BGR (a face-free background)."""
-    import av
-
-    with av.open(str(video)) as c:
-        for i, frame in enumerate(c.decode(video=0)):
-            if i == index:
-                return frame.to_ndarray(format="bgr24")
+    for _, frame in read_frames(video, {index}):
+        return frame
     raise ValueError(f"{video} has no frame {index}")
 
 
@@ -285,15 +283,6 @@ def _cover(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     ih = np.minimum(a[:, None, 3], b[None, :, 3]) - np.maximum(a[:, None, 1], b[None, :, 1])
     area = (a[:, 2] - a[:, 0]) * (a[:, 3] - a[:, 1])
     return np.clip(iw, 0, None) * np.clip(ih, 0, None) / np.maximum(area, 1e-12)[:, None]
-
-
-def _iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """[len(a), len(b)] IoU of x1, y1, x2, y2 boxes."""
-    iw = np.minimum(a[:, None, 2], b[None, :, 2]) - np.maximum(a[:, None, 0], b[None, :, 0])
-    ih = np.minimum(a[:, None, 3], b[None, :, 3]) - np.maximum(a[:, None, 1], b[None, :, 1])
-    inter = np.clip(iw, 0, None) * np.clip(ih, 0, None)
-    area = lambda z: (z[:, 2] - z[:, 0]) * (z[:, 3] - z[:, 1])  # noqa: E731
-    return inter / np.maximum(area(a)[:, None] + area(b)[None, :] - inter, 1e-12)
 
 
 def _extend(crop: np.ndarray) -> tuple[np.ndarray, tuple[int, int]]:
