@@ -58,6 +58,9 @@ class TrackConfig:
     # 852) was left visible with 2 and covered with 1. Privacy first: 1.
     confirm_hits: int = 1
     match_iou: float = 0.2  # minimum IoU to associate a detection with a track
+    # Follow the camera: estimate the frame-to-frame motion of the picture and move every track with
+    # it (track/camera_motion.py). Off: a panning camera fragments tracks and leaves ghost covers.
+    camera_motion: bool = True
 
 
 @dataclass

@@ -3,7 +3,8 @@
 Detectors often find a face a few frames after it became visible (it turns,
 grows, leaves motion blur). Holding the last ``capacity`` tracked frames back
 lets a track that starts at frame t also cover frames t-capacity..t-1 at its
-first known position (state ``"backfilled"``), back to the start of its shot,
+first known position carried back along the camera's motion (state
+``"backfilled"``), back to the start of its shot,
 widened the further back it goes (TrackedFace.widened: the face may have moved).
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterator
 
+from .track.camera_motion import invert
 from .types import FrameResult, TrackedFace
 
 
@@ -43,8 +45,14 @@ class LookaheadBuffer:
         face cannot have been there before the shot began."""
         if first.scene_cut:
             return
+        # The face in frame coordinates of each earlier frame: carried back through the camera
+        # motion of every frame in between (a panning camera moved it across the picture).
+        here, later = face, first
         for back, earlier in enumerate(reversed(self._buf), start=1):
+            if later.motion is not None:
+                here = here.moved(invert(later.motion))
             if not any(f.track_id == face.track_id for f in earlier.faces):
-                earlier.faces.append(face.widened(back, "backfilled"))
+                earlier.faces.append(here.widened(back, "backfilled"))
             if earlier.scene_cut:
                 return
+            later = earlier

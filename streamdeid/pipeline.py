@@ -21,6 +21,7 @@ from .lookahead import LookaheadBuffer
 from .render import FrameRenderer, PastedFace
 from .scenecut import SceneCutDetector
 from .track import FaceTracker
+from .track.camera_motion import CameraMotion
 from .types import Frame, FrameResult, StreamdeidError
 
 log = logging.getLogger(__name__)
@@ -103,6 +104,7 @@ class FaceStage:
             track = replace(track, confirm_hits=1)  # privacy first: no frame may wait uncovered
         self.tracker = FaceTracker(fps=fps, config=track)
         self.scene_cut = SceneCutDetector()
+        self.camera = CameraMotion() if config.track.camera_motion else None
         self.smallest_face: float | None = None  # set on the first frame
         self.scan_gate = scan_gate
         self.scans_skipped = 0
@@ -112,6 +114,9 @@ class FaceStage:
     def __call__(self, frame: Frame, times: StageTimes, *, force_cut: bool = False) -> FrameResult:
         t0 = time.perf_counter()
         cut = self.scene_cut(frame.image) or force_cut
+        motion = self.camera(frame.image) if self.camera is not None else None
+        if cut:
+            motion = None  # the new shot does not continue the old one
         if self.smallest_face is None:
             h, w = frame.image.shape[:2]
             self.smallest_face = self.finder.smallest_face(w, h)
@@ -129,12 +134,12 @@ class FaceStage:
             self._countdown -= 1
         self._since_scan += 1
         t1 = time.perf_counter()
-        faces = self.tracker.update(dets, cut=cut)
+        faces = self.tracker.update(dets, cut=cut, motion=motion)
         if self.tracker.num_tracks and self._countdown >= self.every:
             self._countdown = self.every - 1  # a tracked face: back to the tracking cadence
         times.add("detect", t1 - t0)
         times.add("track", time.perf_counter() - t1)
-        return FrameResult(frame, faces, scene_cut=cut)
+        return FrameResult(frame, faces, scene_cut=cut, motion=motion)
 
 
 class RenderStage:

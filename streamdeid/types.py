@@ -90,6 +90,20 @@ class TrackedFace:
         if self.state not in ("detected", "held", "backfilled"):
             raise ValueError(f"unknown TrackedFace.state {self.state!r}")
 
+    def moved(self, motion: np.ndarray | None) -> "TrackedFace":
+        """This face carried through a camera motion (a [2, 3] similarity, see track/camera_motion.py;
+        None: unchanged): landmarks mapped, the box's centre mapped and its size scaled (it stays
+        axis-aligned: a camera rolls a few degrees a frame at most)."""
+        if motion is None:
+            return self
+        m = np.asarray(motion, np.float64)
+        scale = float(np.sqrt(abs(np.linalg.det(m[:, :2]))))
+        centre = (self.box[:2] + self.box[2:]) / 2 @ m[:, :2].T + m[:, 2]
+        half = (self.box[2:] - self.box[:2]) / 2 * scale
+        landmarks = self.landmarks @ m[:, :2].T + m[:, 2]
+        return TrackedFace(self.track_id, np.concatenate([centre - half, centre + half]), landmarks, self.score,
+                           self.state)
+
     def widened(self, frames_unseen: int, state: str) -> "TrackedFace":
         """This face at a frame ``frames_unseen`` away from its last (or first) detection, as ``state``:
         box and landmarks scaled about the box centre by 1 + UNSEEN_GROWTH per frame (at most
@@ -142,3 +156,5 @@ class FrameResult:
     frame: Frame
     faces: list[TrackedFace] = field(default_factory=list)
     scene_cut: bool = False  # the picture changed wholesale since the previous frame
+    # [2, 3] camera motion from the previous frame to this one (track/camera_motion.py); None: none known
+    motion: np.ndarray | None = None

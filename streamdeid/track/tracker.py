@@ -30,7 +30,7 @@ import numpy as np
 
 from streamdeid.config import TrackConfig
 from streamdeid.track.kalman_filter import KalmanFilter, xyah_to_xyxy, xyxy_to_xyah
-from streamdeid.track.matching import iou_matrix, linear_assignment
+from streamdeid.track.matching import NEAR_GATE, iou_matrix, linear_assignment, near_matrix
 from streamdeid.types import Detections, TrackedFace
 
 # Largest centre speed of a held track, in box heights per frame.
@@ -79,6 +79,21 @@ class _Track:
         self.mean[2] = max(self.mean[2], 1e-2)
         self.mean[3] = float(np.clip(self.mean[3], 0.5 * self.height, 2.0 * self.height))
 
+    def move(self, motion: np.ndarray) -> None:
+        """Carry the state through a camera motion ([2, 3] similarity, previous -> this frame): the
+        centre and its velocity rotate and shift with the picture, the height scales (as BoT-SORT's
+        GMC does for its (x, y, w, h) state)."""
+        rot = motion[:, :2]
+        scale = float(np.sqrt(abs(np.linalg.det(rot))))
+        jac = np.eye(8)
+        jac[0:2, 0:2] = rot
+        jac[4:6, 4:6] = rot
+        jac[3, 3] = jac[7, 7] = scale
+        self.mean = jac @ self.mean
+        self.mean[0:2] += motion[:, 2]
+        self.cov = jac @ self.cov @ jac.T
+        self.height *= scale
+
     def box(self) -> np.ndarray:
         return xyah_to_xyxy(self.mean)
 
@@ -107,9 +122,14 @@ class FaceTracker:
         self._next_id += 1
         return tid
 
-    def update(self, dets: Detections | None, *, cut: bool = False) -> list[TrackedFace]:
+    def update(self, dets: Detections | None, *, cut: bool = False,
+               motion: np.ndarray | None = None) -> list[TrackedFace]:
+        """Advance one frame. ``motion``: the camera motion from the previous frame ([2, 3], see
+        track/camera_motion.py), applied to every track before association."""
         for t in self._tracks:
             t.predict(self._kf)
+            if motion is not None:
+                t.move(motion)
             t.misses += 1
             if t.lost_age:
                 t.lost_age += 1
@@ -132,12 +152,21 @@ class FaceTracker:
         pairs, _, free_low = linear_assignment(iou_matrix(track_boxes[free_tracks], boxes[low]), self.config.match_iou)
         for ti, di in pairs:
             matched[free_tracks[ti]] = int(low[di])
+        # stage 3: what is left, by nearness: a face that moved more than its box since the last
+        # detector run (a small face, a jolt the camera motion missed) continues its track instead
+        # of starting a second one beside it, which would leave a ghost cover held where it was
+        left_tracks = [ti for ti in range(len(self._tracks)) if ti not in matched]
+        left_dets = sorted(set(high[free_high].tolist()) | set(low[free_low].tolist()))
+        pairs, _, _ = linear_assignment(near_matrix(track_boxes[left_tracks], boxes[left_dets]), NEAR_GATE)
+        for ti, di in pairs:
+            matched[left_tracks[ti]] = left_dets[di]
+        taken = set(matched.values())
 
         out: list[TrackedFace] = []
         for ti, di in matched.items():
             self._tracks[ti].update(self._kf, boxes[di], scores[di], landmarks[di], self.config)
         # PRIVACY: unmatched detections (high or low score) start tracks now
-        unmatched = sorted([int(high[i]) for i in free_high] + [int(low[i]) for i in free_low])
+        unmatched = [di for di in left_dets if di not in taken]
         new_tracks = [_Track(self._new_id(), self._kf, boxes[di], scores[di], landmarks[di], self.config)
                       for di in unmatched]
         det_of = {id(self._tracks[ti]): di for ti, di in matched.items()}

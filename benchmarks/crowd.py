@@ -1,0 +1,270 @@
+#!/usr/bin/env python3
+"""A camera panning over a crowd: speed, recall, covered area and tracks per face, against deface.
+
+    python benchmarks/crowd.py                          # build the clip, run streamdeid and deface
+    python benchmarks/crowd.py --code /tmp/base --no-deface --out /tmp/crowd-base   # an older commit
+    python benchmarks/crowd.py --faces 200 --canvas 1600x900 --frames 50            # a lighter clip
+
+The clip (streamdeid.eval.pan): a synthetic crowd of UTKFace faces (12-60 px,
+exact boxes) on a face-free frame of the shared media, composed on a canvas
+larger than the frame; a 1280x720 window pans over it, left to right and down
+and back up, at 25 fps. The crowd stands still, so every face should keep one
+track while it is in view.
+
+Both tools run as command-line processes on the same clip, timed wall-clock,
+both with a solid fill (``--anonymizer solid``, deface ``--replacewith solid``:
+a fill changes every pixel it covers, so coverage can be judged by pixels).
+Figures:
+  fps              frames / wall-clock seconds of the whole command
+  recall           reference faces covered (at least half of the inner box
+                   changed, streamdeid.eval.recall), by size bucket; references:
+                   deface's CenterFace at full resolution (score >= 0.5) and the
+                   faces we pasted (synthetic, exact)
+  covered area     mean share of the frame's pixels changed
+  tracks           the CLI's track count / faces in view at >= --min-px
+  tracking pass    detection and tracking in-process (no render), each reported
+                   box matched to a pasted face (IoU >= 0.3): tracks per face
+                   tracked, reported boxes matching no face (ghosts) and
+                   boxes on a face another box already covers (duplicates)
+Writes crowd.json, misses.png (every missed face) and sheet.png (the same
+frames: input, streamdeid, deface) to --out. Nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from recall import MEDIA, REPO, UTK, cached, table  # noqa: E402
+
+from streamdeid.eval.recall import (  # noqa: E402
+    CHANGED_LEVELS,
+    CenterFaceReference,
+    RecallReport,
+    _blurred,
+    contact_sheet,
+    deface_python,
+    evaluate,
+    frame_pairs,
+    merge_references,
+    python_has_deface,
+    read_frames,
+)
+
+SUMMARY = re.compile(r"(\d+) frames, (\d+) faces, (\d+) tracks")
+
+
+def build_clip(args) -> tuple[Path, "PanClip"]:  # noqa: F821
+    from streamdeid.eval.crowd import crowd_pool, default_background, make_crowd
+    from streamdeid.eval.pan import make_pan, write_pan
+
+    W, H = (int(v) for v in args.canvas.split("x"))
+    crowd = make_crowd(crowd_pool(UTK), default_background(MEDIA), size=(W, H), count=args.faces,
+                       face_px=(12, 60), seed=args.seed)
+    pan = make_pan(crowd, (1280, 720), frames=args.frames)
+    path = args.out / f"crowd_pan_{W}x{H}_{args.faces}_{args.frames}_s{args.seed}.mp4"
+    if not path.exists():
+        write_pan(pan, path)
+    return path, pan
+
+
+def load_truth(path: Path):
+    """The PanClip saved by tracking_pass_of, with this repository's pan.py (older trees lack it)."""
+    import importlib.util
+    from types import SimpleNamespace
+
+    spec = importlib.util.spec_from_file_location("_pan", REPO / "streamdeid" / "eval" / "pan.py")
+    pan = importlib.util.module_from_spec(spec)
+    sys.modules["_pan"] = pan  # dataclasses look their module up
+    spec.loader.exec_module(pan)
+    z = np.load(path)
+    crowd = SimpleNamespace(image=z["image"], boxes=z["boxes"])
+    return pan.PanClip(crowd, tuple(int(v) for v in z["size"]), z["offsets"], float(z["fps"]))
+
+
+def run_cli(cmd: list[str], code: Path | None = None) -> tuple[float, str]:
+    env = None
+    if code is not None:
+        import os
+
+        env = {**os.environ, "PYTHONPATH": str(code)}
+    t0 = time.perf_counter()
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=code)
+    seconds = time.perf_counter() - t0
+    if res.returncode != 0:
+        raise SystemExit(f"{cmd[0]} failed: {res.stderr.strip()[-2000:]}")
+    return seconds, res.stderr
+
+
+def covered_area(original: Path, output: Path) -> float:
+    """Mean share of frame pixels changed (same rule as the recall check)."""
+    shares = [float((np.abs(_blurred(a) - _blurred(b)).max(axis=2) > CHANGED_LEVELS).mean())
+              for _, a, b in frame_pairs(original, output)]
+    return float(np.mean(shares))
+
+
+def tracking_pass_of(args) -> dict:
+    """The tracking pass, run by the code measured (``--code``: in a subprocess on that tree)."""
+    if args.code is None:
+        return tracking_pass(build_clip(args)[1])
+    clip, pan = build_clip(args)
+    truth = args.out / "pan_truth.npz"
+    np.savez(truth, image=pan.crowd.image, boxes=pan.crowd.boxes, offsets=pan.offsets,
+             size=np.array(pan.size), fps=pan.fps)
+    _, err = run_cli([sys.executable, str(Path(__file__).resolve()), "--tracking-only", str(truth)], args.code)
+    return json.loads(err.strip().splitlines()[-1])
+
+
+def tracking_pass(pan) -> dict:
+    """Detection + tracking in-process on the clip's exact frames; each reported box matched to a pasted face."""
+    from streamdeid.config import PipelineConfig
+    from streamdeid.eval.recognizers import box_iou
+    from streamdeid.pipeline import FaceStage, StageTimes
+    from streamdeid.types import Frame
+
+    stage = FaceStage(PipelineConfig(), pan.fps)
+    times = StageTimes()
+    owner: dict[int, dict[int, int]] = {}  # track -> {face: frames}
+    reported = ghosts = duplicates = 0
+    for t in range(len(pan)):
+        result = stage(Frame(t, np.ascontiguousarray(pan.frame(t)), None, None), times)
+        ids, gt = pan.faces_in(t)
+        boxes = np.array([f.box for f in result.faces], np.float64).reshape(-1, 4)
+        iou = box_iou(boxes, gt) if len(gt) and len(boxes) else np.zeros((len(boxes), len(gt)))
+        taken: set[int] = set()
+        for k, face in enumerate(result.faces):
+            reported += 1
+            j = int(iou[k].argmax()) if iou.shape[1] else -1
+            if j < 0 or iou[k, j] < 0.3:
+                ghosts += 1
+                continue
+            g = int(ids[j])
+            duplicates += g in taken
+            taken.add(g)
+            owner.setdefault(face.track_id, {}).setdefault(g, 0)
+            owner[face.track_id][g] += 1
+    faces_tracked: dict[int, int] = {}
+    for per_face in owner.values():
+        g = max(per_face, key=per_face.get)  # the face a track followed most
+        faces_tracked[g] = faces_tracked.get(g, 0) + 1
+    n = len(faces_tracked)
+    return {"tracks_on_faces": len(owner), "faces_tracked": n,
+            "tracks_per_face": round(len(owner) / n, 3) if n else None,
+            "max_tracks_one_face": max(faces_tracked.values(), default=0),
+            "reported": reported, "ghost_share": round(ghosts / max(reported, 1), 4),
+            "duplicate_share": round(duplicates / max(reported, 1), 4),
+            "detect_ms_per_frame": round(times.ms["detect"] / len(pan), 1),
+            "track_ms_per_frame": round(times.ms["track"] / len(pan), 2)}
+
+
+def sheet(clip: Path, outputs: list[tuple[str, Path]], frames: list[int], path: Path, width: int = 640) -> None:
+    """One row per frame: the input and each output side by side, labelled."""
+    rows = []
+    sources = [("input", clip), *outputs]
+    pictures = [dict(read_frames(p, set(frames))) for _, p in sources]
+    for t in frames:
+        tiles = []
+        for (label, _), pics in zip(sources, pictures):
+            img = cv2.resize(pics[t], (width, width * pics[t].shape[0] // pics[t].shape[1]),
+                             interpolation=cv2.INTER_AREA)
+            cv2.putText(img, f"{label} #{t}", (8, 24), cv2.FONT_HERSHEY_SIMPLEX, 0.7, (0, 255, 255), 2)
+            tiles.append(img)
+        rows.append(np.hstack(tiles))
+    cv2.imwrite(str(path), np.vstack(rows))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--faces", type=int, default=360, help="faces in the crowd")
+    ap.add_argument("--canvas", default="1920x1080", help="crowd canvas WxH (the frame is 1280x720)")
+    ap.add_argument("--frames", type=int, default=75)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--min-px", type=float, default=12, help="faces at least this high count as 'in view'")
+    ap.add_argument("--run-args", default="--anonymizer solid", help="options for `streamdeid run`")
+    ap.add_argument("--code", type=Path, default=None, help="run streamdeid from this source tree (before/after)")
+    ap.add_argument("--no-deface", action="store_true", help="do not run deface")
+    ap.add_argument("--deface-python", default=None, help="Python of a venv with deface (default ~/venv-deface)")
+    ap.add_argument("--out", type=Path, default=Path("crowd-out"))
+    ap.add_argument("--tracking-only", type=Path, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    args.out = args.out.resolve()
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.tracking_only:  # for --code: the pass on the tree measured, as JSON on stderr
+        print(json.dumps(tracking_pass(load_truth(args.tracking_only))), file=sys.stderr)
+        return
+    py = args.deface_python or deface_python()
+    have_deface = bool(py and python_has_deface(py))
+
+    clip, pan = build_clip(args)
+    in_view = pan.distinct_faces(args.min_px)
+    print(f"clip {clip.name}: {len(pan)} frames, camera {pan.speed():.1f} px/frame, "
+          f"{in_view} distinct faces >= {args.min_px:.0f} px in view, "
+          f"{np.mean([len(pan.faces_in(t, args.min_px)[0]) for t in range(len(pan))]):.0f} per frame")
+
+    refs: dict[str, dict[int, np.ndarray]] = {
+        "synthetic": {t: pan.faces_in(t)[1] for t in range(len(pan))}}
+    if have_deface:
+        refs["centerface"] = cached(clip, "centerface-0.5", lambda: CenterFaceReference(py, 0.5).detect(
+            read_frames(clip)))
+    faces = merge_references(refs)
+
+    result: dict = {"clip": clip.name, "frames": len(pan), "camera_px_per_frame": round(pan.speed(), 2),
+                    "faces_in_view": in_view, "run_args": args.run_args}
+    ours = args.out / "streamdeid.mp4"
+    cmd = [sys.executable, "-m", "streamdeid.cli", "run", str(clip), "-o", str(ours), "--overwrite",
+           "--no-progress", *args.run_args.split()]
+    seconds, log = run_cli(cmd, args.code)
+    m = SUMMARY.search(log)
+    tracks = int(m.group(3)) if m else -1
+    report = evaluate("streamdeid", frame_pairs(clip, ours, None), faces)
+    result["streamdeid"] = {"seconds": round(seconds, 1), "fps": round(len(pan) / seconds, 2), "tracks": tracks,
+                            "tracks_per_face_in_view": round(tracks / max(in_view, 1), 2),
+                            "covered_area": round(covered_area(clip, ours), 4), "recall": report.to_json()}
+    reports = [report]
+    outputs = [("streamdeid", ours)]
+    if have_deface and not args.no_deface:
+        theirs = args.out / "deface.mp4"
+        deface = str(Path(py).parent / "deface")
+        seconds, _ = run_cli([deface, str(clip), "-o", str(theirs), "--replacewith", "solid",
+                              "--execution-provider", "CPUExecutionProvider"])
+        dreport = evaluate("deface", frame_pairs(clip, theirs, None), faces)
+        result["deface"] = {"seconds": round(seconds, 1), "fps": round(len(pan) / seconds, 2),
+                            "covered_area": round(covered_area(clip, theirs), 4), "recall": dreport.to_json()}
+        reports.append(dreport)
+        outputs.append(("deface", theirs))
+    result["tracking_pass"] = tracking_pass_of(args)
+
+    print()
+    print(table(reports))
+    for r in reports:
+        for name in r.sources():
+            c, t = sum(v[0] for v in r.by_bucket(name).values()), sum(v[1] for v in r.by_bucket(name).values())
+            print(f"  {r.name}: faces found by {name}: {c}/{t} = {100 * c / max(t, 1):.2f}% covered")
+    s = result["streamdeid"]
+    print(f"\nstreamdeid: {s['fps']:.2f} fps, {s['tracks']} tracks ({s['tracks_per_face_in_view']} per face in "
+          f"view), covered area {100 * s['covered_area']:.1f}%")
+    if "deface" in result:
+        d = result["deface"]
+        print(f"deface:     {d['fps']:.2f} fps, covered area {100 * d['covered_area']:.1f}%")
+        print(f"speed ratio {s['fps'] / d['fps']:.2f}x, area ratio {s['covered_area'] / d['covered_area']:.2f}x")
+    if result["tracking_pass"]:
+        print("tracking pass:", json.dumps(result["tracking_pass"]))
+    frames = [0, len(pan) // 3, 2 * len(pan) // 3, len(pan) - 1]
+    sheet(clip, outputs, frames, args.out / "sheet.png")
+    missed = dict(read_frames(clip, {o.face.frame for o in report.misses})) if report.misses else {}
+    contact_sheet([("pan", o, missed[o.face.frame]) for o in report.misses], args.out / "misses.png")
+    (args.out / "crowd.json").write_text(json.dumps(result, indent=1))
+    print(f"\nJSON: {args.out / 'crowd.json'}; frames side by side: {args.out / 'sheet.png'}")
+
+
+if __name__ == "__main__":
+    main()
