@@ -28,10 +28,10 @@ class LookaheadBuffer:
 
     def push(self, result: FrameResult) -> Iterator[FrameResult]:
         """Add a tracked frame; yield the frames that are now old enough to render."""
-        for face in result.faces:
-            if face.track_id not in self._seen:
-                self._seen.add(face.track_id)
-                self._backfill(face, result)
+        new = [f for f in result.faces if f.track_id not in self._seen]
+        if new:
+            self._seen.update(f.track_id for f in new)
+            self._backfill(new, result)
         self._buf.append(result)
         while len(self._buf) > self.capacity:
             yield self._buf.popleft()
@@ -40,19 +40,20 @@ class LookaheadBuffer:
         while self._buf:
             yield self._buf.popleft()
 
-    def _backfill(self, face: TrackedFace, first: FrameResult) -> None:
+    def _backfill(self, faces: list[TrackedFace], first: FrameResult) -> None:
         """Walk back from the newest buffered frame; stop at a scene cut, since the
-        face cannot have been there before the shot began."""
+        faces cannot have been there before the shot began."""
         if first.scene_cut:
             return
-        # The face in frame coordinates of each earlier frame: carried back through the camera
-        # motion of every frame in between (a panning camera moved it across the picture).
-        here, later = face, first
+        # The faces in frame coordinates of each earlier frame: carried back through the camera
+        # motion of every frame in between (a panning camera moved them across the picture).
+        here, later = faces, first
         for back, earlier in enumerate(reversed(self._buf), start=1):
             if later.motion is not None:
-                here = here.moved(invert(later.motion))
-            if not any(f.track_id == face.track_id for f in earlier.faces):
-                earlier.faces.append(here.widened(back, "backfilled"))
+                inverse = invert(later.motion)
+                here = [f.moved(inverse) for f in here]
+            present = {f.track_id for f in earlier.faces}
+            earlier.faces.extend(f.widened(back, "backfilled") for f in here if f.track_id not in present)
             if earlier.scene_cut:
                 return
             later = earlier

@@ -100,7 +100,10 @@ class FaceStage:
         hold_frames = round(config.track.hold_seconds * fps)
         self.scan_every = max(1, min(round(config.detect.scan_every * fps), hold_frames - self.every))
         track = config.track
-        if lookahead_frames is not None and lookahead_frames < self.scan_every + self.every:
+        # Back-fill reaches the frames before a track's second detector run: a small face the fast
+        # pass alone sees between scans waits for its second sighting to be reported (see __call__).
+        self.defer_small = lookahead_frames is None or lookahead_frames >= self.scan_every + self.every
+        if not self.defer_small:
             track = replace(track, confirm_hits=1)  # privacy first: no frame may wait uncovered
         self.tracker = FaceTracker(fps=fps, config=track)
         self.scene_cut = SceneCutDetector()
@@ -120,12 +123,21 @@ class FaceStage:
         if self.smallest_face is None:
             h, w = frame.image.shape[:2]
             self.smallest_face = self.finder.smallest_face(w, h)
+        provisional = None
         if cut or self._countdown <= 0:
             scan = cut or self._since_scan >= self.scan_every
             if scan and not cut and self.scan_gate is not None and not self.scan_gate():
                 scan = False
                 self.scans_skipped += 1
             dets = self.finder.find(frame.image, scan=scan)
+            if not scan and self.defer_small and len(dets):
+                # Under its floor the fast pass also finds "faces" in the gaps of a crowd (a camera
+                # pan over a synthetic crowd: 8 of its 129 boxes on frame 0, none of them found by
+                # the scan) and they flicker. A track such a box starts is reported from its second
+                # detector run, and the look-ahead covers the frames before. (Not left to the scan:
+                # it misses some faces the fast pass finds.)
+                h, w = frame.image.shape[:2]
+                provisional = (dets.boxes[:, 3] - dets.boxes[:, 1]) < self.finder.fast_floor(w, h)
             if scan:
                 self._since_scan = 0
             self._countdown = (self.every if len(dets) else self.idle_every) - 1
@@ -134,7 +146,7 @@ class FaceStage:
             self._countdown -= 1
         self._since_scan += 1
         t1 = time.perf_counter()
-        faces = self.tracker.update(dets, cut=cut, motion=motion)
+        faces = self.tracker.update(dets, cut=cut, motion=motion, provisional=provisional)
         if self.tracker.num_tracks and self._countdown >= self.every:
             self._countdown = self.every - 1  # a tracked face: back to the tracking cadence
         times.add("detect", t1 - t0)

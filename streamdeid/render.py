@@ -35,6 +35,11 @@ log = logging.getLogger(__name__)
 # box: measured on short_hamilton_clip.mp4 with --detect-every 2, a fast head
 # turn moved a face out from under its predicted position (one SFace leak).
 UNCERTAIN_GROWTH = 1.3
+# A face predicted between two detector runs that both found it (--detect-every N, the default 2)
+# was seen a frame or two ago, and camera motion is compensated (track/camera_motion.py): a smaller
+# margin. Those frames are half of all covers, so the margin sets most of the covered area (a crowd
+# pan: 1.3 made the covers 2.4x the face box, 1.15 1.9x, deface's ellipses 1.3x).
+BETWEEN_RUNS_GROWTH = 1.15
 
 
 @dataclass
@@ -175,7 +180,7 @@ class FrameRenderer:
         if face.state != "detected":
             # A predicted (held) or back-filled position is a guess: the face may
             # have moved, so cover a larger area around it.
-            landmarks, box = _grow(landmarks, box, UNCERTAIN_GROWTH)
+            landmarks, box = _grow(landmarks, box, BETWEEN_RUNS_GROWTH if face.between_runs else UNCERTAIN_GROWTH)
         if landmarks_usable(landmarks, box):
             return align_face(image, landmarks, size, margin)
         # Implausible landmarks (profile, occlusion): a square crop around the box.
@@ -238,22 +243,30 @@ def _cut(image: np.ndarray, roi: tuple[int, int, int, int]) -> np.ndarray:
 
 
 def _ownership(warped: list[WarpedFace | None]) -> list[np.ndarray | None]:
-    """Per face, the ROI pixels it changes and owns (largest mask weight wins, ties to the first)."""
-    owned = [wf.alpha > 0 if wf else None for wf in warped]
-    for i, wi in enumerate(warped):
-        if wi is None:
-            continue
-        xi, yi, wdi, hti = wi.roi
-        for j, wj in enumerate(warped):
-            if j == i or wj is None:
-                continue
-            xj, yj, wdj, htj = wj.roi
-            x0, y0 = max(xi, xj), max(yi, yj)
-            x1, y1 = min(xi + wdi, xj + wdj), min(yi + hti, yj + htj)
-            if x1 <= x0 or y1 <= y0:
-                continue
-            a_i = wi.alpha[y0 - yi:y1 - yi, x0 - xi:x1 - xi]
-            a_j = wj.alpha[y0 - yj:y1 - yj, x0 - xj:x1 - xj]
-            loses = (a_j > 0) & ((a_j > a_i) | ((a_j == a_i) & (j < i)))
-            owned[i][y0 - yi:y1 - yi, x0 - xi:x1 - xi] &= ~loses
+    """Per face, the ROI pixels it changes and owns (largest mask weight wins, ties to the first).
+
+    One pass over the faces with a best-weight and an owner map over the faces' bounding area: each
+    face claims the pixels where its weight beats every earlier face's, so the cost grows with the
+    covered pixels, not with pairs of faces (a crowd has hundreds)."""
+    live = [i for i, wf in enumerate(warped) if wf is not None]
+    owned: list[np.ndarray | None] = [None] * len(warped)
+    if len(live) == 1:
+        owned[live[0]] = warped[live[0]].alpha > 0
+    if len(live) < 2:
+        return owned
+    r = np.array([warped[i].roi for i in live], np.int64)  # [M, 4] x, y, w, h
+    ox, oy = int(r[:, 0].min()), int(r[:, 1].min())
+    width, height = int((r[:, 0] + r[:, 2]).max()) - ox, int((r[:, 1] + r[:, 3]).max()) - oy
+    best = np.zeros((height, width), np.float32)  # largest weight so far per pixel
+    owner = np.full((height, width), -1, np.int32)  # face holding it
+    for i in live:
+        wf = warped[i]
+        x, y, w, h = wf.roi
+        sl = np.s_[y - oy:y - oy + h, x - ox:x - ox + w]
+        wins = wf.alpha > best[sl]  # strictly: a tie stays with the earlier face
+        best[sl][wins] = wf.alpha[wins]
+        owner[sl][wins] = i
+    for i in live:
+        x, y, w, h = warped[i].roi
+        owned[i] = owner[y - oy:y - oy + h, x - ox:x - ox + w] == i
     return owned

@@ -75,7 +75,8 @@ class TrackedFace:
     ``state`` is ``"detected"`` (matched to a detection this frame), ``"held"``
     (no detection: the track's predicted box, kept covered for ``--hold``
     seconds) or ``"backfilled"`` (added by the look-ahead buffer to frames
-    before the track was first detected).
+    before the track was first detected). ``between_runs``: held only because
+    the detector skipped this frame (the last detector run found the face).
     """
 
     track_id: int
@@ -83,6 +84,7 @@ class TrackedFace:
     landmarks: np.ndarray  # [5, 2] float32
     score: float
     state: str = "detected"
+    between_runs: bool = False
 
     def __post_init__(self) -> None:
         self.box = np.asarray(self.box, dtype=np.float32).reshape(4)
@@ -102,7 +104,7 @@ class TrackedFace:
         half = (self.box[2:] - self.box[:2]) / 2 * scale
         landmarks = self.landmarks @ m[:, :2].T + m[:, 2]
         return TrackedFace(self.track_id, np.concatenate([centre - half, centre + half]), landmarks, self.score,
-                           self.state)
+                           self.state, self.between_runs)
 
     def widened(self, frames_unseen: int, state: str) -> "TrackedFace":
         """This face at a frame ``frames_unseen`` away from its last (or first) detection, as ``state``:

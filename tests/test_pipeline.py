@@ -143,6 +143,9 @@ class _CountingFinder:
     def smallest_face(self, width: int, height: int) -> float:
         return 12.0
 
+    def fast_floor(self, width: int, height: int) -> float:
+        return 24.0
+
 
 def _counting_stage(faces: bool, every: int | None = 2, guarded: bool = False, fps: float = 25):
     """A FaceStage (detect every ``every``-th frame, every 4th while idle) whose finder counts its calls."""

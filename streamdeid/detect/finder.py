@@ -107,6 +107,11 @@ class FaceFinder:
         side = self.scan_side(width, height) or self._fast_side(width, height)
         return SCAN_FACE_PX * longest / side
 
+    def fast_floor(self, width: int, height: int) -> float:
+        """Face height (source pixels) under which the fast pass is unreliable: it finds such faces
+        but also "faces" between them; the small-face scan sees them well."""
+        return SCAN_FACE_PX * max(width, height) / self._fast_side(width, height)
+
     def _fast_side(self, width: int, height: int) -> int:
         """Longest side of the fast pass's input for a frame of this size."""
         return max(scaled_size(width, height, self.cfg.input_size))
@@ -128,6 +133,6 @@ class FaceFinder:
             # Each pass is trusted for the sizes it sees well: a face the fast pass sees at twice its
             # floor is the fast pass's to find; the scan's larger boxes are upscaling artefacts
             # (a 115 px "face" on obama.jpg's tie) or duplicates.
-            fast_floor = SCAN_FACE_PX * max(h, w) / self._fast_side(w, h)
+            fast_floor = self.fast_floor(w, h)
             found.append(small[(small.boxes[:, 3] - small.boxes[:, 1]) < 2 * fast_floor] if len(small) else small)
         return merge(found, self.cfg.nms_threshold)

@@ -44,13 +44,14 @@ class KalmanFilter:
         return mean, np.diag(std**2)
 
     def predict(self, mean: np.ndarray, covariance: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        h = mean[3]
-        std = np.array([
-            STD_WEIGHT_POSITION * h, STD_WEIGHT_POSITION * h, 1e-2, STD_WEIGHT_POSITION * h,
-            STD_WEIGHT_VELOCITY * h, STD_WEIGHT_VELOCITY * h, 1e-5, STD_WEIGHT_VELOCITY * h,
-        ])
-        mean = self._motion @ mean
-        covariance = self._motion @ covariance @ self._motion.T + np.diag(std**2)
+        """One frame ahead. Also batched: ``mean`` [N, 8], ``covariance`` [N, 8, 8] (a crowd's
+        hundreds of tracks in one call instead of one each)."""
+        h = mean[..., 3]
+        p, v = STD_WEIGHT_POSITION * h, STD_WEIGHT_VELOCITY * h
+        std = np.stack([p, p, np.full_like(h, 1e-2), p, v, v, np.full_like(h, 1e-5), v], axis=-1)  # [..., 8]
+        mean = mean @ self._motion.T
+        covariance = self._motion @ covariance @ self._motion.T
+        covariance += np.einsum("...i,ij->...ij", std**2, np.eye(2 * self.ndim))
         return mean, covariance
 
     def project(self, mean: np.ndarray, covariance: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

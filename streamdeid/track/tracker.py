@@ -33,17 +33,21 @@ from streamdeid.track.kalman_filter import KalmanFilter, xyah_to_xyxy, xyxy_to_x
 from streamdeid.track.matching import NEAR_GATE, iou_matrix, linear_assignment, near_matrix
 from streamdeid.types import Detections, TrackedFace
 
+# Detector runs that must match a track started by a provisional detection before it is reported.
+PROVISIONAL_HITS = 2
+
 # Largest centre speed of a held track, in box heights per frame.
 MAX_HELD_SPEED = 0.25
 
 
 class _Track:
     __slots__ = ("track_id", "mean", "cov", "score", "landmarks_rel", "height", "misses", "lost_age", "hits",
-                 "confirmed")
+                 "confirmed", "provisional")
 
     def __init__(self, track_id: int, kf: KalmanFilter, box: np.ndarray, score: float, landmarks: np.ndarray,
-                 config: TrackConfig) -> None:
+                 config: TrackConfig, provisional: bool = False) -> None:
         self.track_id = track_id
+        self.provisional = provisional  # started by a provisional detection: confirmed by a second one
         self.mean, self.cov = kf.initiate(xyxy_to_xyah(box))
         self.misses = 0  # frames since the last matched detection
         self.lost_age = 0  # frames since a detector run first missed it (0: not lost)
@@ -53,7 +57,9 @@ class _Track:
 
     def _observe(self, box: np.ndarray, score: float, landmarks: np.ndarray, config: TrackConfig) -> None:
         self.hits += 1
-        self.confirmed = self.confirmed or score >= config.high_score or self.hits >= config.confirm_hits
+        needed = max(PROVISIONAL_HITS, config.confirm_hits) if self.provisional else config.confirm_hits
+        strong = score >= config.high_score and not self.provisional
+        self.confirmed = self.confirmed or strong or self.hits >= needed
         x1, y1, x2, y2 = box.astype(np.float64)
         w, h = max(x2 - x1, 1e-3), max(y2 - y1, 1e-3)
         self.height = h
@@ -69,30 +75,6 @@ class _Track:
         self.lost_age = 0
         self._observe(box, score, landmarks, config)
 
-    def predict(self, kf: KalmanFilter) -> None:
-        if self.misses > 0:
-            # held: freeze the size, clamp the centre speed
-            self.mean[6:8] = 0.0
-            limit = MAX_HELD_SPEED * self.height
-            self.mean[4:6] = np.clip(self.mean[4:6], -limit, limit)
-        self.mean, self.cov = kf.predict(self.mean, self.cov)
-        self.mean[2] = max(self.mean[2], 1e-2)
-        self.mean[3] = float(np.clip(self.mean[3], 0.5 * self.height, 2.0 * self.height))
-
-    def move(self, motion: np.ndarray) -> None:
-        """Carry the state through a camera motion ([2, 3] similarity, previous -> this frame): the
-        centre and its velocity rotate and shift with the picture, the height scales (as BoT-SORT's
-        GMC does for its (x, y, w, h) state)."""
-        rot = motion[:, :2]
-        scale = float(np.sqrt(abs(np.linalg.det(rot))))
-        jac = np.eye(8)
-        jac[0:2, 0:2] = rot
-        jac[4:6, 4:6] = rot
-        jac[3, 3] = jac[7, 7] = scale
-        self.mean = jac @ self.mean
-        self.mean[0:2] += motion[:, 2]
-        self.cov = jac @ self.cov @ jac.T
-        self.height *= scale
 
     def box(self) -> np.ndarray:
         return xyah_to_xyxy(self.mean)
@@ -122,14 +104,14 @@ class FaceTracker:
         self._next_id += 1
         return tid
 
-    def update(self, dets: Detections | None, *, cut: bool = False,
-               motion: np.ndarray | None = None) -> list[TrackedFace]:
+    def update(self, dets: Detections | None, *, cut: bool = False, motion: np.ndarray | None = None,
+               provisional: np.ndarray | None = None) -> list[TrackedFace]:
         """Advance one frame. ``motion``: the camera motion from the previous frame ([2, 3], see
-        track/camera_motion.py), applied to every track before association."""
+        track/camera_motion.py), applied to every track before association. ``provisional``: [N]
+        bool, detections that start a track reported only from its second detector run (back-filled
+        before it by the look-ahead)."""
+        self._predict(motion)
         for t in self._tracks:
-            t.predict(self._kf)
-            if motion is not None:
-                t.move(motion)
             t.misses += 1
             if t.lost_age:
                 t.lost_age += 1
@@ -165,10 +147,11 @@ class FaceTracker:
         out: list[TrackedFace] = []
         for ti, di in matched.items():
             self._tracks[ti].update(self._kf, boxes[di], scores[di], landmarks[di], self.config)
-        # PRIVACY: unmatched detections (high or low score) start tracks now
+        # PRIVACY: unmatched detections (high or low score) start tracks now; a provisional one is
+        # reported from its second detector run (FaceStage sets it only when the look-ahead reaches back)
         unmatched = [di for di in left_dets if di not in taken]
-        new_tracks = [_Track(self._new_id(), self._kf, boxes[di], scores[di], landmarks[di], self.config)
-                      for di in unmatched]
+        new_tracks = [_Track(self._new_id(), self._kf, boxes[di], scores[di], landmarks[di], self.config,
+                             provisional is not None and bool(provisional[di])) for di in unmatched]
         det_of = {id(self._tracks[ti]): di for ti, di in matched.items()}
         det_of.update({id(t): di for t, di in zip(new_tracks, unmatched)})
 
@@ -188,9 +171,46 @@ class FaceTracker:
         self._tracks = kept
         return out
 
+    def _predict(self, motion: np.ndarray | None) -> None:
+        """Every track one frame ahead, in one batch ([N, 8] means, [N, 8, 8] covariances), then
+        carried through the camera motion. A held track (missed at a detector run) keeps its size
+        and a clamped centre speed, so its prediction cannot grow or fly off explosively."""
+        if not self._tracks:
+            return
+        mean = np.stack([t.mean for t in self._tracks])
+        cov = np.stack([t.cov for t in self._tracks])
+        height = np.array([t.height for t in self._tracks])
+        held = np.array([t.misses > 0 for t in self._tracks])
+        mean[held, 6:8] = 0.0
+        limit = (MAX_HELD_SPEED * height[held])[:, None]
+        mean[held, 4:6] = np.clip(mean[held, 4:6], -limit, limit)
+        mean, cov = self._kf.predict(mean, cov)
+        mean[:, 2] = np.maximum(mean[:, 2], 1e-2)
+        mean[:, 3] = np.clip(mean[:, 3], 0.5 * height, 2.0 * height)
+        if motion is not None:
+            mean, cov, height = _moved(mean, cov, height, motion)
+        for t, m, c, h in zip(self._tracks, mean, cov, height):
+            t.mean, t.cov, t.height = m, c, float(h)
+
     @staticmethod
     def _held(t: _Track) -> TrackedFace:
         """The predicted face, widened by the frames since a detector run first missed it (between
         runs, the frames the detector skips, it is not widened: it was seen at the last run)."""
-        face = TrackedFace(t.track_id, t.box(), t.held_landmarks(), t.score, "held")
+        face = TrackedFace(t.track_id, t.box(), t.held_landmarks(), t.score, "held", between_runs=not t.lost_age)
         return face.widened(t.lost_age, "held") if t.lost_age else face
+
+
+def _moved(mean: np.ndarray, cov: np.ndarray, height: np.ndarray,
+           motion: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Track states ([N, 8], [N, 8, 8], [N] last observed heights) carried through a camera motion
+    ([2, 3] similarity, previous -> this frame): the centre and its velocity rotate and shift with the
+    picture, the height scales (as BoT-SORT's GMC does for its (x, y, w, h) state)."""
+    rot = motion[:, :2]
+    scale = float(np.sqrt(abs(np.linalg.det(rot))))
+    jac = np.eye(8)
+    jac[0:2, 0:2] = rot
+    jac[4:6, 4:6] = rot
+    jac[3, 3] = jac[7, 7] = scale
+    mean = mean @ jac.T
+    mean[:, 0:2] += motion[:, 2]
+    return mean, jac @ cov @ jac.T, height * scale
