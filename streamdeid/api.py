@@ -112,7 +112,7 @@ def _anonymize_video(src: str, out: Path | str, config: PipelineConfig, keys: Ru
                 vault_writer = open_vault_writer(vault_path, keys, source=src, output=out,
                                                  store_crops=store_crops, overwrite=config.output.overwrite,
                                                  pipeline=pipeline_meta(config, renderer.anonymizer))
-                observers.append(VaultRecorder(vault_writer, config.align.crop_size, reversible))
+                observers.append(VaultRecorder(vault_writer, reversible))
         except BaseException:
             writer.close(success=False)
             raise

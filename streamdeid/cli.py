@@ -189,7 +189,7 @@ def _run_live(source: str, output: str | None, config: PipelineConfig, live, *, 
         pipeline = pipeline_meta(config, renderer.anonymizer)
 
         def factory(segment: Path) -> SegmentVaultWriter:
-            return SegmentVaultWriter(keys, segment, crop_size=config.align.crop_size, reversible=reversible,
+            return SegmentVaultWriter(keys, segment, reversible=reversible,
                                       pipeline=pipeline, overwrite=config.output.overwrite)
     else:
         click.echo("streamdeid: no recovery vault: this output is irreversible", err=True)

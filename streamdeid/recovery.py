@@ -89,9 +89,8 @@ class VaultRecorder:
     (dbaf: model-mode recovery applies) and 0.0 otherwise (solid fallback, blur).
     """
 
-    def __init__(self, writer: VaultWriter, crop_size: int, reversible: str | None = None) -> None:
+    def __init__(self, writer: VaultWriter, reversible: str | None = None) -> None:
         self.writer = writer
-        self.crop_size = crop_size
         self.reversible = reversible
 
     def __call__(self, result: FrameResult, pasted: list[PastedFace]) -> None:
@@ -101,7 +100,7 @@ class VaultRecorder:
         for p in pasted:
             generated = 1.0 if self.reversible is not None and p.method == self.reversible else 0.0
             self.writer.append(
-                p.face.track_id, frame.index, frame.pts, p.aligned.inverse, self.crop_size,
+                p.face.track_id, frame.index, frame.pts, p.aligned.inverse, len(p.aligned.crop),
                 _owned_bgra(p.original, p.owned) if self.writer.store_crops else None,
                 mask_params=(float(p.roi[0]), float(p.roi[1]), generated),
             )
@@ -115,7 +114,7 @@ class SegmentVaultWriter:
     vault beside it, so ``streamdeid recover SEGMENT`` works on any segment.
     """
 
-    def __init__(self, keys: RunKeys, segment: Path, *, crop_size: int, overwrite: bool,
+    def __init__(self, keys: RunKeys, segment: Path, *, overwrite: bool,
                  reversible: str | None = None, pipeline: dict | None = None) -> None:
         self.keys = keys.for_next_video()
         self.path = vault_path_for(segment)
@@ -123,7 +122,7 @@ class SegmentVaultWriter:
             raise StreamdeidError(f"{self.path} exists; pass --overwrite to replace it")
         writer = open_vault_writer(self.path, self.keys, source="-", output=segment, store_crops=True,
                                    overwrite=overwrite, pipeline=pipeline)
-        self._recorder = VaultRecorder(writer, crop_size, reversible)
+        self._recorder = VaultRecorder(writer, reversible)
         self.metadata = video_id_tag(self.keys.video_id)
 
     def record(self, index: int, frame: Frame, pasted: list[PastedFace]) -> None:

@@ -26,6 +26,7 @@ from .align import align_box, align_face, landmarks_usable
 from .anonymize.base import Anonymizer
 from .anonymize.classic import SolidAnonymizer
 from .blend import WarpedFace, blend_into, face_mask, warp_to_frame
+from .blend.paste import mask_support
 from .config import AlignConfig, AnonymizeConfig, BlendConfig
 from .types import AlignedFace, FaceContext, FrameResult, TrackedFace
 
@@ -40,6 +41,12 @@ UNCERTAIN_GROWTH = 1.3
 # margin. Those frames are half of all covers, so the margin sets most of the covered area (a crowd
 # pan: 1.3 made the covers 2.4x the face box, 1.15 1.9x, deface's ellipses 1.3x).
 BETWEEN_RUNS_GROWTH = 1.15
+
+# Crop sides a scale-free anonymizer's small faces get, smallest first, and how many crop pixels per
+# pixel of face height they must have (the face box spans about 0.57 of the crop: at 2 a 20 px face
+# gets a 48 px crop over about 35 px of the frame, still oversampled 1.4x).
+SMALL_CROPS = (32, 48, 64, 96)
+MIN_CROP_PX_PER_PX = 2.0
 
 
 @dataclass
@@ -84,7 +91,12 @@ class FrameRenderer:
         self.align_cfg = align
         self.key_for_track = key_for_track or (lambda _tid: None)
         self._fallback = SolidAnonymizer(anonymize)
-        self._mask = face_mask(align.crop_size, blend, None, align_margin=align.margin)  # [S, S] in [0, 1]
+        self._blend = blend
+        self._masks: dict[int, tuple] = {}  # crop side -> ([S, S] soft mask in [0, 1], its support)
+        # Classic anonymizers work relative to the crop (blur sigma and mosaic cells in crop units),
+        # so a small face gets a small crop: the warps, the fill and the blur cost what its pixels
+        # cost, not a 128 px crop each (a crowd has hundreds of 15-40 px faces).
+        self.scale_free = bool(getattr(anonymizer, "scale_free", False))
         self.color_match = bool(getattr(anonymizer, "color_match", False))
         guarded = bool(getattr(anonymizer, "needs_leak_guard", False))
         self.persistent = bool(getattr(anonymizer, "persistent_fallback", guarded))
@@ -103,15 +115,18 @@ class FrameRenderer:
         return self.render_many([result])[0]
 
     def render_many(self, results: list[FrameResult]) -> list[list[PastedFace]]:
-        """Render several frames with ONE anonymizer call for all their faces.
+        """Render several frames with ONE anonymizer call for all their faces (one per crop size).
 
         A generator is fed its largest batch this way (all tracks of all the
         frames leaving the look-ahead buffer together); per frame, the result
         is the same as ``render``.
         """
         jobs = [self._prepare(r) for r in results]
-        todo = [(j, i) for j in jobs for i in j.live]
-        if todo:
+        by_size: dict[int, list[tuple[_Job, int]]] = {}
+        for j in jobs:
+            for i in j.live:
+                by_size.setdefault(len(j.crops[i]), []).append((j, i))
+        for todo in by_size.values():
             crops = np.stack([j.crops[i] for j, i in todo])  # [B, S, S, 3] across frames
             out, method = self._anonymize(crops, [j.contexts[i] for j, i in todo])
             for (j, i), crop in zip(todo, out):
@@ -125,11 +140,10 @@ class FrameRenderer:
         faces = result.faces
         image = result.frame.image
         aligned = [self._align(image, f) for f in faces]
-        size = self.align_cfg.crop_size
-        crops = np.stack([a.crop for a in aligned]) if faces else np.zeros((0, size, size, 3), np.uint8)
+        crops = [a.crop for a in aligned]
         contexts = [FaceContext(f.track_id, result.frame.index, self.key_for_track(f.track_id)) for f in faces]
         live = [i for i, f in enumerate(faces) if f.track_id not in self.solid_tracks]
-        return _Job(result, faces, aligned, crops, contexts, live, np.empty_like(crops), [FALLBACK] * len(faces))
+        return _Job(result, faces, aligned, crops, contexts, live, list(crops), [FALLBACK] * len(faces))
 
     def _finish(self, job: "_Job") -> list[PastedFace]:
         """Solid fill for tracks already on it, the leak guard, then paste back."""
@@ -140,11 +154,10 @@ class FrameRenderer:
         # earlier frame of the same batch): its generated crops are discarded too.
         dead = [i for i in range(len(faces)) if i not in job.live or
                 (methods[i] != FALLBACK and faces[i].track_id in self.solid_tracks)]
-        if dead:
-            new_crops[dead] = self._fallback(crops[dead], [contexts[i] for i in dead])
-            for i in dead:
-                methods[i] = FALLBACK
-            self.fallbacks += len(dead)
+        for i in dead:
+            new_crops[i] = self._fallback(crops[i][None], [contexts[i]])[0]
+            methods[i] = FALLBACK
+        self.fallbacks += len(dead)
         if self.guard is not None:
             due = [i for i in job.live if self.guard.due(faces[i].track_id) and methods[i] != FALLBACK]
             if due:
@@ -171,16 +184,17 @@ class FrameRenderer:
             self.solid_tracks.add(tid)
             self.leak_fallbacks += 1
             self.fallbacks += 1
-            new_crops[i] = self._fallback(crops[i:i + 1], [contexts[i]])[0]
+            new_crops[i] = self._fallback(crops[i][None], [contexts[i]])[0]
             methods[i] = FALLBACK
 
     def _align(self, image: np.ndarray, face: TrackedFace) -> AlignedFace:
-        size, margin = self.align_cfg.crop_size, self.align_cfg.margin
+        margin = self.align_cfg.margin
         landmarks, box = face.landmarks, face.box
         if face.state != "detected":
             # A predicted (held) or back-filled position is a guess: the face may
             # have moved, so cover a larger area around it.
             landmarks, box = _grow(landmarks, box, BETWEEN_RUNS_GROWTH if face.between_runs else UNCERTAIN_GROWTH)
+        size = self._crop_side(box)
         if landmarks_usable(landmarks, box):
             return align_face(image, landmarks, size, margin)
         # Implausible landmarks (profile, occlusion): a square crop around the box.
@@ -199,9 +213,32 @@ class FrameRenderer:
                         " for the rest of the run" if self.persistent else "")
             return self._fallback(crops, contexts), FALLBACK
 
+    def _crop_side(self, box: np.ndarray) -> int:
+        """Side of the aligned crop for a face with this box: the configured size, or for a
+        scale-free anonymizer the smallest of SMALL_CROPS (or the configured size) that still
+        has MIN_CROP_PX_PER_PX crop pixels per frame pixel of the face."""
+        size = self.align_cfg.crop_size
+        if not self.scale_free:
+            return size
+        face_px = float(max(box[2] - box[0], box[3] - box[1]))
+        for side in SMALL_CROPS:
+            if side < size and side >= MIN_CROP_PX_PER_PX * face_px:
+                return side
+        return size
+
+    def _mask_for(self, side: int) -> tuple[np.ndarray, tuple[int, int, int, int] | None]:
+        """The soft mask [S, S] for a crop side, and its support (computed once per side)."""
+        if side not in self._masks:
+            mask = face_mask(side, self._blend, None, align_margin=self.align_cfg.margin)
+            self._masks[side] = (mask, mask_support(mask))
+        return self._masks[side]
+
     def _paste_all(self, image, faces, aligned, new_crops, methods) -> list[PastedFace]:
         h, w = image.shape[:2]
-        warped = [warp_to_frame(crop, a.inverse, self._mask, w, h) for a, crop in zip(aligned, new_crops)]
+        warped = []
+        for a, crop in zip(aligned, new_crops):
+            mask, support = self._mask_for(len(crop))
+            warped.append(warp_to_frame(crop, a.inverse, mask, w, h, support))
         owned = _ownership(warped)
         # Copy every ROI before the first paste: overlapping faces would otherwise
         # record each other's anonymized pixels as "original".
@@ -222,10 +259,10 @@ class _Job:
     result: FrameResult
     faces: list[TrackedFace]
     aligned: list[AlignedFace]
-    crops: np.ndarray  # [N, S, S, 3] uint8, original aligned crops
+    crops: list[np.ndarray]  # N x [S, S, 3] uint8, original aligned crops (S per face, see _crop_side)
     contexts: list[FaceContext]
     live: list[int]  # faces still anonymized by the anonymizer (not on solid fill for good)
-    new_crops: np.ndarray  # [N, S, S, 3] uint8, filled by render_many / _finish
+    new_crops: list[np.ndarray]  # N x [S, S, 3] uint8, filled by render_many / _finish
     methods: list[str]
 
 

@@ -234,6 +234,7 @@ def test_pipeline_batches_frames_for_batching_anonymizers(media) -> None:
 
     anon = _CountingBlur()
     anon.batch_frames = 4
+    anon.scale_free = False  # stands in for a generator: one crop size, so one batch per call
     frames = [Frame(i, img, i, None) for i, img in enumerate(face_frames(media, 10))]
     emitted = []
     cfg = PipelineConfig()

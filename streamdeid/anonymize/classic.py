@@ -68,6 +68,7 @@ class BlurAnonymizer:
     """Gaussian blur with sigma = ``cfg.blur_sigma`` x crop size (see :func:`strong_blur`)."""
 
     name = "blur"
+    scale_free = True  # the same look at any crop size (FrameRenderer gives small faces small crops)
 
     def __init__(self, cfg: AnonymizeConfig | None = None, *, sigma: float | None = None) -> None:
         cfg = cfg or AnonymizeConfig()
@@ -83,6 +84,7 @@ class MosaicAnonymizer:
     """Pixelation into ``cfg.mosaic_cells`` cells per side of the crop."""
 
     name = "mosaic"
+    scale_free = True  # the same look at any crop size (FrameRenderer gives small faces small crops)
 
     def __init__(self, cfg: AnonymizeConfig | None = None, *, cells: int | None = None) -> None:
         cfg = cfg or AnonymizeConfig()
@@ -98,6 +100,7 @@ class SolidAnonymizer:
     """Constant fill with ``cfg.solid_color`` (BGR)."""
 
     name = "solid"
+    scale_free = True  # the same look at any crop size (FrameRenderer gives small faces small crops)
 
     def __init__(self, cfg: AnonymizeConfig | None = None, *, color: tuple[int, int, int] | None = None) -> None:
         cfg = cfg or AnonymizeConfig()

@@ -62,15 +62,16 @@ class WarpedFace:
     pixels: np.ndarray  # [h, w, 3] uint8
 
 
-def warp_to_frame(new_crop: np.ndarray, inverse: np.ndarray, mask: np.ndarray, frame_w: int, frame_h: int
-                  ) -> WarpedFace | None:
+def warp_to_frame(new_crop: np.ndarray, inverse: np.ndarray, mask: np.ndarray, frame_w: int, frame_h: int,
+                  support: tuple[int, int, int, int] | None = None) -> WarpedFace | None:
     """Warp ``new_crop`` ([S, S, 3] uint8) and ``mask`` ([S, S] float in [0, 1]) through
     ``inverse`` ([2, 3], crop -> frame) onto the frame rectangle the mask covers.
+    ``support``: ``mask_support(mask)`` when the caller has it (one mask, many faces).
     None if the face is entirely outside the frame or the mask is empty."""
     s = new_crop.shape[0]
     if new_crop.shape != (s, s, 3) or mask.shape != (s, s):
         raise ValueError(f"crop {new_crop.shape} and mask {mask.shape} must be [S, S, 3] and [S, S]")
-    support = mask_support(mask)
+    support = support or mask_support(mask)
     if support is None:
         return None
     roi = paste_roi(inverse, support, frame_w, frame_h)
