@@ -114,6 +114,11 @@ def linear_assignment(iou: np.ndarray, min_iou: float) -> tuple[list[tuple[int, 
     gated = iou >= min_iou
     matches = []
     for rows, cols in _components(gated):
+        if len(rows) == 1 or len(cols) == 1:  # most of a crowd: one track, or one detection, alone
+            sub = iou[rows][:, cols]
+            r, c = np.unravel_index(int(np.argmax(sub)), sub.shape)
+            matches.append((rows[r], cols[c]))
+            continue
         sub, ok = iou[np.ix_(rows, cols)], gated[np.ix_(rows, cols)]
         # Forbidden pairs cost more than any feasible matching, so they are only
         # chosen when nothing else is left; they are then dropped below.
