@@ -84,7 +84,9 @@ class FaceStage:
     the frames before a newcomer's first detection). The small-face scan
     (detect/finder.py) runs on a detector run every ``scan_every`` frames and
     on every cut; a small face's track is held in between, so the interval is
-    kept under the hold time.
+    kept under the hold time. The camera's motion is estimated on every frame
+    (track/camera_motion.py, timed as tracking) and handed to the tracker and,
+    on the FrameResult, to the look-ahead.
     """
 
     def __init__(self, config: PipelineConfig, fps: float, *, guarded: bool = False,
@@ -117,9 +119,6 @@ class FaceStage:
     def __call__(self, frame: Frame, times: StageTimes, *, force_cut: bool = False) -> FrameResult:
         t0 = time.perf_counter()
         cut = self.scene_cut(frame.image) or force_cut
-        motion = self.camera(frame.image) if self.camera is not None else None
-        if cut:
-            motion = None  # the new shot does not continue the old one
         if self.smallest_face is None:
             h, w = frame.image.shape[:2]
             self.smallest_face = self.finder.smallest_face(w, h)
@@ -146,6 +145,9 @@ class FaceStage:
             self._countdown -= 1
         self._since_scan += 1
         t1 = time.perf_counter()
+        motion = self.camera(frame.image) if self.camera is not None else None
+        if cut:
+            motion = None  # the new shot does not continue the old one
         faces = self.tracker.update(dets, cut=cut, motion=motion, provisional=provisional)
         if self.tracker.num_tracks and self._countdown >= self.every:
             self._countdown = self.every - 1  # a tracked face: back to the tracking cadence

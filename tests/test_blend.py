@@ -140,3 +140,37 @@ def test_colour_match_moves_crop_towards_surroundings():
     paste_back(plain, crop, inv, mask)
     paste_back(matched, crop, inv, mask, color_match=True)
     assert matched[100, 100].mean() > plain[100, 100].mean() + 100
+
+
+def _render_one(method: str, h: float, scale_free: bool | None = None):
+    """Render one upright face of box height ``h`` on a textured frame; return (crop side, changed mask)."""
+    from streamdeid.anonymize import create_anonymizer
+    from streamdeid.config import PipelineConfig
+    from streamdeid.render import FrameRenderer
+    from streamdeid.types import Frame, FrameResult, TrackedFace
+
+    cfg = PipelineConfig()
+    cfg.anonymize.method = method
+    anon = create_anonymizer(cfg.anonymize)
+    if scale_free is not None:
+        anon.scale_free = scale_free
+    renderer = FrameRenderer(anon, align=cfg.align, blend=cfg.blend, anonymize=cfg.anonymize)
+    rng = np.random.default_rng(0)
+    image = cv2.resize(rng.integers(0, 255, (60, 80, 3), dtype=np.uint8), (400, 300), interpolation=cv2.INTER_NEAREST)
+    w = 0.8 * h
+    box = np.array([200 - w / 2, 150 - h / 2, 200 + w / 2, 150 + h / 2])
+    lm = np.array([[0.34, 0.46], [0.66, 0.46], [0.5, 0.64], [0.37, 0.82], [0.63, 0.82]]) * (w, h) + box[:2]
+    result = FrameResult(Frame(0, image.copy(), 0, None), [TrackedFace(1, box, lm, 0.9)])
+    (pasted,) = renderer.render(result)
+    return len(pasted.aligned.crop), np.abs(result.frame.image.astype(int) - image).max(axis=2) > 0
+
+
+@pytest.mark.parametrize("method", ["solid", "blur"])
+def test_small_faces_get_small_crops_and_the_same_cover(method):
+    side, small = _render_one(method, 20)
+    assert side < AlignConfig.crop_size
+    full_side, full = _render_one(method, 20, scale_free=False)
+    assert full_side == AlignConfig.crop_size
+    # the same region is covered at either crop size (edges differ by resampling only)
+    assert (small & full).sum() / (small | full).sum() > 0.9
+    assert _render_one(method, 90)[0] == AlignConfig.crop_size  # large faces keep the full crop

@@ -269,3 +269,17 @@ def test_scene_cut_drops_tracks_no_detection_continues():
     (f,) = tracker.update(dets([face(300, 100)]), cut=True)
     assert f.track_id == 2 and f.state == "detected"  # the face gone with the old shot is not held
     assert tracker.num_tracks == 1
+
+
+def test_provisional_detection_is_reported_from_its_second_run():
+    tracker = FaceTracker(fps=25, config=TrackConfig())
+    d = dets([face(100, 100, h=20), face(300, 100, h=20)], scores=np.array([0.9, 0.9]))
+    out = tracker.update(d, provisional=np.array([True, False]))
+    assert [f.box[0] for f in out] == [d.boxes[1][0]]  # the provisional one waits, even at 0.9
+    tracker.update(None)
+    out = tracker.update(d, provisional=np.array([True, False]))
+    assert len(out) == 2 and all(f.state == "detected" for f in out)
+    # a provisional detection still continues an existing track at once
+    tracker.update(None)
+    out = tracker.update(dets([face(301, 100, h=20)]), provisional=np.array([True]))
+    assert any(f.state == "detected" and f.box[0] > 250 for f in out)

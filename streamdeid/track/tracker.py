@@ -8,8 +8,19 @@
   (held, unreported) in between, so a face found only by the periodic
   small-face scan is confirmed by the next scan. The look-ahead buffer covers
   the frames before a track is first reported.
-* Two-stage association: detections with ``score >= high_score`` are matched
-  to all tracks first, the remaining (low-score) ones to the tracks left over.
+* Camera motion (``update(..., motion=M)``, track/camera_motion.py): every
+  track's state is carried through the frame-to-frame motion of the picture
+  before association, so a panning camera does not fragment tracks and held
+  covers move with the picture instead of staying where the face was.
+* Three-stage association: detections with ``score >= high_score`` are matched
+  to all tracks first, the remaining (low-score) ones to the tracks left over
+  (both by IoU), then what is left by nearness: a detection whose centre lies
+  inside a left-over track's box continues it (a face that moved more than its
+  box since the last run) instead of starting a duplicate beside it. The
+  assignment is solved per connected component of the allowed pairs.
+* ``provisional`` detections (FaceStage: the fast pass's boxes under its
+  reliable size, between small-face scans) start tracks reported only from
+  their second detector run; the look-ahead covers the frames before.
 * A track that misses its detection is reported as ``"held"`` for
   ``round(hold_seconds * fps)`` frames (counted from the first detector run
   that missed it), then dropped. The held box is the Kalman-predicted one,
