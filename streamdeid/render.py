@@ -20,13 +20,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import cv2
 import numpy as np
 
-from .align import align_box, align_face, landmarks_usable
+from .align.aligner import box_matrix, crop_matrix, template_fit, warp_aligned
 from .anonymize.base import Anonymizer
 from .anonymize.classic import SolidAnonymizer
 from .blend import WarpedFace, blend_into, face_mask, warp_to_frame
-from .blend.paste import mask_support
+from .blend.paste import mask_support, paste_roi
 from .config import AlignConfig, AnonymizeConfig, BlendConfig
 from .types import AlignedFace, FaceContext, FrameResult, TrackedFace
 
@@ -137,9 +138,11 @@ class FrameRenderer:
         return [self._finish(j) for j in jobs]
 
     def _prepare(self, result: FrameResult) -> "_Job":
-        faces = result.faces
         image = result.frame.image
-        aligned = [self._align(image, f) for f in faces]
+        # A face whose cover falls wholly outside the picture (held or back-filled where the camera
+        # carried it out of view: 18% of the faces of a pan over a crowd) is not rendered.
+        pairs = [(f, a) for f in result.faces if (a := self._align(image, f)) is not None]
+        faces, aligned = [f for f, _ in pairs], [a for _, a in pairs]
         crops = [a.crop for a in aligned]
         contexts = [FaceContext(f.track_id, result.frame.index, self.key_for_track(f.track_id)) for f in faces]
         live = [i for i, f in enumerate(faces) if f.track_id not in self.solid_tracks]
@@ -187,7 +190,8 @@ class FrameRenderer:
             new_crops[i] = self._fallback(crops[i][None], [contexts[i]])[0]
             methods[i] = FALLBACK
 
-    def _align(self, image: np.ndarray, face: TrackedFace) -> AlignedFace:
+    def _align(self, image: np.ndarray, face: TrackedFace) -> AlignedFace | None:
+        """The face's aligned crop, or None when its cover would fall wholly outside the image."""
         margin = self.align_cfg.margin
         landmarks, box = face.landmarks, face.box
         if face.state != "detected":
@@ -195,10 +199,16 @@ class FrameRenderer:
             # have moved, so cover a larger area around it.
             landmarks, box = _grow(landmarks, box, BETWEEN_RUNS_GROWTH if face.between_runs else UNCERTAIN_GROWTH)
         size = self._crop_side(box)
-        if landmarks_usable(landmarks, box):
-            return align_face(image, landmarks, size, margin)
-        # Implausible landmarks (profile, occlusion): a square crop around the box.
-        return align_box(image, box, size, margin)
+        fit = template_fit(landmarks, box)
+        if fit is not None:
+            matrix = crop_matrix(fit, size, margin)
+        else:  # implausible landmarks (profile, occlusion): a square crop around the box
+            matrix = box_matrix(box, size, margin)
+        support = self._mask_for(size)[1]
+        inverse = cv2.invertAffineTransform(matrix)
+        if support is None or paste_roi(inverse, support, image.shape[1], image.shape[0]) is None:
+            return None
+        return warp_aligned(image, matrix, size)
 
     def _anonymize(self, crops: np.ndarray, contexts: list[FaceContext]) -> tuple[np.ndarray, str]:
         try:

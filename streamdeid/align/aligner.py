@@ -74,6 +74,34 @@ def similarity_transform(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
     return np.array([[a, -b, dx - a * sx + b * sy], [b, a, dy - b * sx - a * sy]])
 
 
+def warp_aligned(image: np.ndarray, matrix: np.ndarray, size: int) -> AlignedFace:
+    """The ``size`` x ``size`` crop of ``image`` through ``matrix`` (frame -> crop, [2, 3])."""
+    return _warp(image, matrix, size)
+
+
+def face_matrix(landmarks: np.ndarray, size: int = AlignConfig.crop_size,
+                margin: float = AlignConfig.margin) -> np.ndarray:
+    """The frame -> crop similarity [2, 3] of ``align_face`` (without warping)."""
+    landmarks = np.asarray(landmarks, dtype=np.float64).reshape(5, 2)
+    if not np.isfinite(landmarks).all():
+        raise ValueError("landmarks contain NaN/inf")
+    return similarity_transform(landmarks, canonical_template(size, margin))
+
+
+def box_matrix(box: np.ndarray, size: int = AlignConfig.crop_size, margin: float = AlignConfig.margin) -> np.ndarray:
+    """The frame -> crop transform [2, 3] of ``align_box`` (without warping)."""
+    x1, y1, x2, y2 = np.asarray(box, dtype=np.float64).reshape(4)
+    if not np.isfinite([x1, y1, x2, y2]).all():
+        raise ValueError("box contains NaN/inf")
+    if not 0.0 <= margin < 1.0:
+        raise ValueError(f"margin must be in [0, 1), got {margin}")
+    side = max(x2 - x1, y2 - y1, 1.0)
+    scale = size * (1.0 - margin) * BOX_SIZE_IN_TEMPLATE / side
+    tx, ty = ((np.array(BOX_CENTER_IN_TEMPLATE) - 0.5) * (1.0 - margin) + 0.5) * size
+    cx, cy = (x1 + x2) / 2, (y1 + y2) / 2
+    return np.array([[scale, 0.0, tx - scale * cx], [0.0, scale, ty - scale * cy]])
+
+
 def _warp(image: np.ndarray, matrix: np.ndarray, size: int) -> AlignedFace:
     crop = cv2.warpAffine(image, matrix, (size, size), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
     return AlignedFace(crop=crop, matrix=matrix, inverse=cv2.invertAffineTransform(matrix).astype(np.float64))
@@ -85,11 +113,7 @@ def align_face(image: np.ndarray, landmarks: np.ndarray, size: int = AlignConfig
     Landmarks may lie outside the image (faces cut by the border): missing
     pixels are filled by replicating the border.
     """
-    landmarks = np.asarray(landmarks, dtype=np.float64).reshape(5, 2)
-    if not np.isfinite(landmarks).all():
-        raise ValueError("landmarks contain NaN/inf")
-    matrix = similarity_transform(landmarks, canonical_template(size, margin))
-    return _warp(image, matrix, size)
+    return _warp(image, face_matrix(landmarks, size, margin), size)
 
 
 # Where a YuNet box sits in ArcFace template units (112 px = 1), measured on
@@ -107,21 +131,27 @@ def align_box(image: np.ndarray, box: np.ndarray, size: int = AlignConfig.crop_s
     by ``align_face`` (see ``BOX_CENTER_IN_TEMPLATE``), so both crops frame a
     face the same way.
     """
-    x1, y1, x2, y2 = np.asarray(box, dtype=np.float64).reshape(4)
-    if not np.isfinite([x1, y1, x2, y2]).all():
-        raise ValueError("box contains NaN/inf")
-    if not 0.0 <= margin < 1.0:
-        raise ValueError(f"margin must be in [0, 1), got {margin}")
-    side = max(x2 - x1, y2 - y1, 1.0)
-    scale = size * (1.0 - margin) * BOX_SIZE_IN_TEMPLATE / side
-    tx, ty = ((np.array(BOX_CENTER_IN_TEMPLATE) - 0.5) * (1.0 - margin) + 0.5) * size
-    cx, cy = (x1 + x2) / 2, (y1 + y2) / 2
-    matrix = np.array([[scale, 0.0, tx - scale * cx], [0.0, scale, ty - scale * cy]])
-    return _warp(image, matrix, size)
+    return _warp(image, box_matrix(box, size, margin), size)
 
 
 def landmarks_usable(landmarks: np.ndarray, box: np.ndarray, tolerance: float = 0.65) -> bool:
-    """Whether 5 landmarks look like a face consistent with its box.
+    """Whether 5 landmarks look like a face consistent with its box (see ``template_fit``)."""
+    return template_fit(landmarks, box, tolerance) is not None
+
+
+def crop_matrix(template_matrix: np.ndarray, size: int = AlignConfig.crop_size,
+                margin: float = AlignConfig.margin) -> np.ndarray:
+    """``face_matrix`` from the frame -> ArcFace-112 fit ``template_fit`` returned: the canonical
+    template is the ArcFace one scaled by (1 - margin) * size / 112 and shifted by margin * size / 2."""
+    k = (1.0 - margin) * size / 112.0
+    m = np.asarray(template_matrix, dtype=np.float64) * k
+    m[:, 2] += 0.5 * margin * size
+    return m
+
+
+def template_fit(landmarks: np.ndarray, box: np.ndarray, tolerance: float = 0.65) -> np.ndarray | None:
+    """The frame -> ArcFace-112 similarity [2, 3] of 5 landmarks that look like a face consistent
+    with its box, else None.
 
     Checks: finite; the similarity fit to the template leaves every point
     within ``tolerance`` x the template eye distance (YuNet on real frames,
@@ -134,21 +164,23 @@ def landmarks_usable(landmarks: np.ndarray, box: np.ndarray, tolerance: float = 
     x1, y1, x2, y2 = np.asarray(box, dtype=np.float64).reshape(4).tolist()
     w, h = x2 - x1, y2 - y1
     if not all(math.isfinite(v) for v in (x1, y1, x2, y2, *(c for p in lm for c in p))) or w <= 0 or h <= 0:
-        return False
+        return None
     if any(x < x1 - 0.5 * w or x > x2 + 0.5 * w or y < y1 - 0.5 * h or y > y2 + 0.5 * h for x, y in lm):
-        return False
+        return None
     try:
         m = similarity_transform(lm, ARCFACE_112)
     except ValueError:
-        return False
+        return None
     (a, b, tx), (c, d, ty) = m.tolist()
     scale = math.hypot(a, c)  # template px per frame px
     # In ArcFace crops the face (box) is ~100 template px tall.
     if not 0.3 <= (100.0 / scale) / h <= 3.0:
-        return False
+        return None
     limit = tolerance * _ARCFACE_EYE_DISTANCE
-    return all(math.hypot(a * x + b * y + tx - u, c * x + d * y + ty - v) <= limit
-               for (x, y), (u, v) in zip(lm, _ARCFACE_POINTS))
+    if all(math.hypot(a * x + b * y + tx - u, c * x + d * y + ty - v) <= limit
+           for (x, y), (u, v) in zip(lm, _ARCFACE_POINTS)):
+        return m
+    return None
 
 
 _ARCFACE_POINTS = ARCFACE_112.tolist()
