@@ -14,10 +14,21 @@ import click
 
 from . import __version__
 from .config import PipelineConfig
-from .types import StreamdeidError
+from .types import OutputClosed, StreamdeidError
 
 EXIT_ERROR = 1
 EXIT_INTERRUPTED = 130
+EXIT_PIPE_CLOSED = 141  # 128 + SIGPIPE: what a shell reports for a tool killed by a closed pipe
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's final flush does not fail on the dead pipe."""
+    import os
+
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 class _Group(click.Group):
@@ -26,6 +37,10 @@ class _Group(click.Group):
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
+        except OutputClosed as exc:  # `... -o - | head`: say so in one line, exit as SIGPIPE would
+            _silence_stdout()
+            click.echo(f"streamdeid: {exc}", err=True)
+            ctx.exit(EXIT_PIPE_CLOSED)
         except StreamdeidError as exc:
             click.echo(f"streamdeid: error: {exc}", err=True)
             ctx.exit(EXIT_ERROR)

@@ -22,7 +22,7 @@ from .render import FrameRenderer, PastedFace
 from .scenecut import SceneCutDetector
 from .track import FaceTracker
 from .track.camera_motion import CameraMotion
-from .types import Frame, FrameResult, StreamdeidError
+from .types import Frame, FrameResult, OutputClosed, StreamdeidError
 
 log = logging.getLogger(__name__)
 
@@ -325,6 +325,8 @@ class ThreadedSink:
     def put(self, item: object) -> None:
         while True:
             if self._worker.error is not None:
+                if isinstance(self._worker.error, OutputClosed):
+                    raise self._worker.error
                 raise StreamdeidError(f"encoding failed: {self._worker.error}")
             try:
                 self._q.put(item, timeout=0.1)
@@ -344,5 +346,7 @@ class ThreadedSink:
         if self._worker.error is not None:
             err = self._worker.error
             if isinstance(err, StreamdeidError):
+                raise err
+            if isinstance(err, OutputClosed):
                 raise err
             raise StreamdeidError(f"encoding failed: {err}") from err

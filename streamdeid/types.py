@@ -18,6 +18,10 @@ class StreamdeidError(Exception):
     """An error with a one-line message meant for the user (no traceback)."""
 
 
+class OutputClosed(StreamdeidError):
+    """The reader of the output pipe (``-o -``) hung up: the run stops, as Unix tools do on EPIPE."""
+
+
 @dataclass
 class Frame:
     """One decoded video frame and its timing.

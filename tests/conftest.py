@@ -23,6 +23,20 @@ def media() -> Path:
     return MEDIA
 
 
+@pytest.fixture(scope="session")
+def browser():
+    """A headless chromium (tests/browser.py); skips when chromium or Playwright is missing."""
+    from browser import Browser, chromium_path
+
+    path = chromium_path()
+    if path is None:
+        pytest.skip("chromium not installed (bash .ci/setup-browser.sh installs Debian's)")
+    pytest.importorskip("playwright.sync_api", reason="playwright not installed (pip install -e '.[test]')")
+    b = Browser(path)
+    yield b
+    b.close()
+
+
 def run_cli(*args: str, input: bytes | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
     """Run the real `streamdeid` command line in a subprocess (exit codes, stderr as users see them)."""
     return subprocess.run([sys.executable, "-m", "streamdeid.cli", *args], input=input,

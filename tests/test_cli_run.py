@@ -260,3 +260,18 @@ def test_live_mode_passes_audio_through(tmp_path: Path, media: Path) -> None:
         assert c.streams.audio and c.streams.audio[0].codec_context.name == "aac"
         got = sum(1 for p in c.demux(c.streams.audio[0]) if p.size)
     assert got >= 0.97 * n_audio  # copied through, packet for packet
+
+
+def test_reader_hanging_up_on_stdout_is_one_plain_line(media: Path) -> None:
+    """`streamdeid run CLIP -o - | head -c ...`: a closed pipe ends the run with one line and exit 141."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "streamdeid.cli", "run", str(media / "short_hamilton_clip.mp4"),
+                             "-o", "-", "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.read(100_000)
+    proc.stdout.close()  # the reader hangs up
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "hung up" in lines[0] and "WARNING" not in err and "Traceback" not in err, err

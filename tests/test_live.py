@@ -23,6 +23,7 @@ import av
 import numpy as np
 import pytest
 
+from browser import header_facts
 from streamdeid.config import PipelineConfig
 from streamdeid.live import LiveConfig, LiveSource, LiveSourceLost, live_lookahead_frames, run_live, segment_path
 from streamdeid.live.fresh import END, FreshQueue
@@ -383,9 +384,12 @@ def test_rtsp_segments_playable_monotonic_faces_covered(rtsp_server: RtspServer,
     assert all(p.exists() and not p.with_name(p.stem + ".partial.mp4").exists() for p in summary.segments)
     decoded = _decode_segments(summary.segments)
     total = 0
-    for pts, _ in decoded:
+    for path, (pts, _) in zip(summary.segments, decoded):
         assert pts and pts[0] == 0 and all(b > a for a, b in zip(pts, pts[1:]))  # each segment from 0
         total += len(pts)
+        boxes, seconds, frames = header_facts(path)  # a finished segment is a plain, faststart MP4
+        assert "moof" not in boxes and boxes.index("moov") < boxes.index("mdat"), boxes
+        assert frames == len(pts) and seconds > 0
     assert total == summary.frames
     assert all(len(p) / 30 < 3.0 + 0.5 for p, _ in decoded[:-1])  # rotation at ~3 s
     # Faces covered in the written files: k-th decoded frame is the k-th emitted one.
@@ -396,6 +400,25 @@ def test_rtsp_segments_playable_monotonic_faces_covered(rtsp_server: RtspServer,
     assert checked >= 10 and leaked == 0, (checked, leaked)
     stats = (tmp_path / "stats.jsonl").read_text().splitlines()
     assert len(stats) >= 3 and '"input_fps"' in stats[-1]
+
+
+@needs_server
+@needs_media
+def test_live_segment_plays_in_browser(rtsp_server: RtspServer, tmp_path: Path, browser) -> None:
+    pub = Publisher(rtsp_server.publish_url(), seconds=15)
+    try:
+        _wait_for_stream(rtsp_server.url())
+        summary = run_live(rtsp_server.url(), str(tmp_path / "rec.mp4"), _config(),
+                           _live(segment_time=2.0, stop_after=5.0))
+    finally:
+        pub.end()
+    first = summary.segments[0]
+    _, header_seconds, frames = header_facts(first)
+    shown = browser.duration_over_http(first)
+    print(f"{browser.version}: live segment {shown:.3f} s over plain HTTP, header {header_seconds:.3f} s")
+    assert abs(shown - header_seconds) <= 1 / 30 and 1.5 < shown < 3.0, (shown, header_seconds, frames)
+    seek = browser.seek_last_second(first)
+    assert abs(seek["time"] - seek["target"]) < 0.1 and seek["mean"] > 5, seek
 
 
 @needs_server

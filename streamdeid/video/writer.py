@@ -3,7 +3,9 @@
 The output is written to ``<stem>.partial<ext>`` next to the final path and
 renamed only on success, so a half-written file never masquerades as a
 finished one. MP4/MOV are fragmented and packets are flushed as written, so
-even a killed process leaves a playable partial file.
+even a killed process leaves a playable partial file; a finished one is
+copied into a plain MP4 with its index first (video/finish.py), so browsers
+and players see its duration and can seek.
 
 Frame pts/time_base go to the encoder unchanged (rescaled only if the
 container forces another time base), preserving variable frame rate and the
@@ -14,6 +16,7 @@ WebM). One thread at a time may use a writer.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
@@ -27,9 +30,10 @@ import numpy as np
 from av.video.reformatter import Interpolation
 
 from streamdeid.config import OutputConfig
-from streamdeid.types import Frame, StreamdeidError
+from streamdeid.types import Frame, OutputClosed, StreamdeidError
 from streamdeid.video import gif
 from streamdeid.video.encoding import (
+    MP4_LIKE,
     UNQUERYABLE,
     VideoEncoding,
     choose_video_encoding,
@@ -37,6 +41,7 @@ from streamdeid.video.encoding import (
     output_format,
     pick_audio_encoder,
 )
+from streamdeid.video.finish import faststart_copy
 from streamdeid.video.reader import AudioPacket, ColorInfo, redact_url
 
 log = logging.getLogger(__name__)
@@ -103,7 +108,8 @@ class VideoWriter:
             self._container = av.open(str(self.partial_path), mode="w", format=fmt, options=muxer_options(self._ext))
         except _AV_ERRORS as exc:
             raise StreamdeidError(f"cannot create {self.partial_path}: {_reason(exc)}") from None
-        self._container.metadata.update(metadata or {})  # container tags, e.g. the vault's video id
+        self._metadata = dict(metadata or {})  # container tags, e.g. the vault's video id
+        self._container.metadata.update(self._metadata)
         try:
             self._video = self._add_video_stream(self._encoding)
             self._add_audio_stream(template.audio_stream)
@@ -185,11 +191,28 @@ class VideoWriter:
         self._finalize()
         if self.path.exists() and not self._config.overwrite:
             raise StreamdeidError(f"output appeared while writing: {self.path}; result kept at {self.partial_path}")
+        finished = self._unfragment()
         try:
-            os.replace(self.partial_path, self.path)
+            os.replace(finished, self.path)
         except OSError as exc:
-            raise StreamdeidError(f"cannot rename {self.partial_path} to {self.path}: {exc.strerror}") from None
+            raise StreamdeidError(f"cannot rename {finished} to {self.path}: {exc.strerror}") from None
+        if finished != self.partial_path:
+            self.partial_path.unlink(missing_ok=True)
         return self.path
+
+    def _unfragment(self) -> Path:
+        """The finished file to publish: for MP4/MOV a plain copy with the index first (video/finish.py),
+        beside the partial file, which stays until the copy is in place; else the partial file."""
+        if self._ext not in MP4_LIKE:
+            return self.partial_path
+        finished = self.path.with_name(f"{self.path.stem}.finishing{self.path.suffix}")
+        try:
+            faststart_copy(self.partial_path, finished, output_format(self._ext), self._metadata)
+        except _AV_ERRORS as exc:  # the fragmented file is still a good video: publish it
+            finished.unlink(missing_ok=True)
+            log.warning("%s stays fragmented (browsers may show a wrong duration): %s", self.path, _reason(exc))
+            return self.partial_path
+        return finished
 
     def abort_keep_partial(self) -> Path:
         """Finalize what was written so far and leave it at ``partial_path``,
@@ -413,6 +436,7 @@ class StreamWriter(VideoWriter):
         self._audio_out = None
         self._audio_copy = False
         self._stream_fmt = fmt
+        self._reader_gone = False  # stdout's reader hung up (EPIPE)
         opts = {"flush_packets": "1", **(options or {})}
         try:
             if target == STDOUT:
@@ -428,6 +452,15 @@ class StreamWriter(VideoWriter):
             self._discard()
             raise
 
+    def _mux(self, packets: av.Packet | list[av.Packet]) -> None:
+        try:
+            self._container.mux(packets)
+        except _AV_ERRORS as exc:
+            if self.target == STDOUT and _is_broken_pipe(exc):
+                self._reader_gone = True
+                raise OutputClosed(f"the reader of - hung up after {self._frames_written} frames; stopped") from None
+            raise StreamdeidError(f"{self._destination()} failed: {_reason(exc)}") from None
+
     def _accepts(self, codec: str) -> bool:
         if self._stream_fmt in ("rtsp", "flv", "mpegts"):
             return codec in ("h264", "hevc", "libx264", "libx265", "aac", "mp3", "opus", "libopus", "ac3")
@@ -436,7 +469,7 @@ class StreamWriter(VideoWriter):
     def close(self, success: bool = True) -> Path | None:
         if self._closed:
             return None
-        if self._frames_written == 0:
+        if self._frames_written == 0 or self._reader_gone:  # nobody to finish the stream for
             self._discard()
             return None
         try:
@@ -477,6 +510,16 @@ def open_writer(
     if is_stream_output(str(target)):
         return StreamWriter(str(target), template, config, container=stream_container, options=stream_options)
     return VideoWriter(target, template, config)
+
+
+def _is_broken_pipe(exc: BaseException) -> bool:
+    """EPIPE, as FFmpeg reports it or as PyAV's write callback re-raises Python's BrokenPipeError."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, BrokenPipeError) or getattr(seen, "errno", None) == errno.EPIPE:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return "broken pipe" in str(exc).lower()
 
 
 def write_image(path: str | os.PathLike[str], image: np.ndarray, overwrite: bool = False) -> Path:
