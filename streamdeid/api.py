@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -74,11 +75,25 @@ def anonymize(src: str, dst: str | Path | None = None, config: PipelineConfig | 
     if dst is not None and is_stream_output(str(dst)):
         return _anonymize_video(src, str(dst), config, keys, vault=False, store_crops=False)
     out = Path(dst) if dst is not None else default_output(src)
+    refuse_same_file(src, out)
     if src != "-" and Path(src).is_dir():
         return _anonymize_folder(Path(src), out, config, keys, store_crops=store_crops)
     if src != "-" and is_image(src):
         return _anonymize_image(Path(src), out, config, keys)
     return _anonymize_video(src, out, config, keys, vault=vault and not keys.ephemeral, store_crops=store_crops)
+
+
+def refuse_same_file(src: str | Path, out: Path) -> None:
+    """The output must not be the input (or a link to it), whatever --overwrite says: the only copy of
+    the source would be replaced by an irreversible one."""
+    if str(src) == "-" or not out.exists():
+        return
+    try:
+        same = os.path.samefile(src, out)
+    except OSError:
+        return
+    if same:
+        raise StreamdeidError(f"the output {out} is the input itself; choose another -o (the source would be lost)")
 
 
 def renderer_for(config: PipelineConfig, keys: RunKeys) -> FrameRenderer:
@@ -269,6 +284,7 @@ def recover(anonymized: str, dst: str | Path, *, key_file: str, vault: str | Pat
     src = Path(anonymized)
     if not src.exists():
         raise StreamdeidError(f"{anonymized}: no such file")
+    refuse_same_file(src, Path(dst))
     vault_path = Path(vault) if vault is not None else vault_path_for(src)
     if not vault_path.exists():
         raise StreamdeidError(f"{vault_path}: no such vault (pass --vault)")

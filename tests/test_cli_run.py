@@ -275,3 +275,50 @@ def test_reader_hanging_up_on_stdout_is_one_plain_line(media: Path) -> None:
     assert proc.wait(timeout=120) == 141, err
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and "hung up" in lines[0] and "WARNING" not in err and "Traceback" not in err, err
+
+
+def test_output_equal_to_input_is_refused_even_with_overwrite(tmp_path: Path, media: Path) -> None:
+    src = tmp_path / "only_copy.mp4"
+    src.write_bytes((media / "head-pose-face-detection-male.mp4").read_bytes())
+    link = tmp_path / "link.mp4"
+    link.symlink_to(src)
+    before = src.read_bytes()
+    for out in (src, link):
+        proc = run_cli("run", str(src), "-o", str(out), "--overwrite", "--no-progress")
+        assert proc.returncode == 1 and b"is the input itself" in proc.stderr, proc.stderr
+    assert src.read_bytes() == before
+
+
+def _start_run(src: Path, out: Path, *extra: str):
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "streamdeid.cli", "run", str(src), "-o", str(out), "--no-progress",
+                             *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    partial = out.with_name(f"{out.stem}.partial{out.suffix}")
+    deadline = time.monotonic() + 60
+    while not partial.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert partial.exists(), proc.stderr.read().decode() if proc.poll() is not None else "no partial file"
+    return proc
+
+
+def test_two_runs_to_one_name_give_one_whole_output_and_one_clear_error(tmp_path: Path, media: Path) -> None:
+    src, out = media / "short_hamilton_clip.mp4", tmp_path / "same.mp4"
+    first = _start_run(src, out, "--anonymizer", "solid")
+    second = run_cli("run", str(src), "-o", str(out), "--anonymizer", "mosaic", "--no-progress")
+    assert second.returncode == 1 and b"another run is writing" in second.stderr, second.stderr
+    assert first.wait(timeout=300) == 0, first.stderr.read().decode()
+    assert len(decode(out)) == 275
+
+
+def test_output_appearing_meanwhile_is_not_replaced(tmp_path: Path, media: Path) -> None:
+    src, out = media / "short_hamilton_clip.mp4", tmp_path / "late.mp4"
+    run = _start_run(src, out)
+    out.write_bytes(b"somebody else's file")
+    err = run.stderr.read().decode()
+    assert run.wait(timeout=300) == 1 and "appeared while this run was writing it" in err, err
+    assert out.read_bytes() == b"somebody else's file"
+    kept = err.strip().rsplit("kept at ", 1)[1]
+    assert len(decode(Path(kept))) == 275  # this run's result, whole, where the message says

@@ -189,3 +189,16 @@ def test_export_track_key(master, tmp_path):
     with pytest.raises(StreamdeidError, match="already exists"):
         export_track_key(master, vid, 6, p)
     assert load_key(p).track_id == 5
+
+
+def test_key_file_others_can_read_is_warned_about(tmp_path, caplog):
+    p = tmp_path / "m.sdkey"
+    generate_master_key(p)
+    with caplog.at_level("WARNING"):
+        load_key(p)
+    assert not caplog.records  # 0600: quiet
+    os.chmod(p, 0o644)
+    with caplog.at_level("WARNING"):
+        load_key(p)
+    (record,) = caplog.records
+    assert "chmod 600" in record.getMessage() and "644" in record.getMessage()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import os
 import secrets
 import struct
@@ -26,6 +27,8 @@ from streamdeid.types import StreamdeidError
 
 from . import derive
 from .derive import KEY_LEN, VIDEO_ID_LEN
+
+log = logging.getLogger(__name__)
 
 MAGIC = b"SDKEY"
 VERSION = 1
@@ -216,4 +219,16 @@ def load_key(path) -> KeyFile:
         raise StreamdeidError(f"cannot read key file {path}: {e.strerror}") from None
     if len(data) > _MAX_READ:
         raise StreamdeidError(f"not a streamdeid key file (too large): {path}")
-    return decode_key(data, path)
+    key = decode_key(data, path)
+    _warn_if_shared(path)
+    return key
+
+
+def _warn_if_shared(path: str) -> None:
+    """Warn (as ssh does) when a key file is readable or writable by anyone but its owner."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return
+    if mode & 0o077:
+        log.warning("key file %s is accessible by others (mode %o): chmod 600 it", path, mode & 0o777)

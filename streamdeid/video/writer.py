@@ -71,6 +71,50 @@ def partial_path_for(path: Path) -> Path:
     return path.with_name(f"{path.stem}.partial{path.suffix}")
 
 
+def claim_partial(partial: Path, final: Path) -> int:
+    """Create or open ``partial`` and hold an exclusive lock on it for this run (an fd to close when
+    done). Two runs writing one output name would otherwise write one file and both "finish" it: the
+    second is told at once instead. A partial file left by a run that died is not locked, and is
+    reused. Filesystem errors read as what they are."""
+    import fcntl
+
+    try:
+        fd = os.open(partial, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise StreamdeidError(f"cannot create {partial}: {exc.strerror}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise StreamdeidError(f"another run is writing {final} (it holds {partial})") from None
+    return fd
+
+
+def publish(finished: Path, final: Path, overwrite: bool) -> None:
+    """Move ``finished`` to ``final``. Without ``overwrite`` it never replaces a file that appeared
+    there meanwhile (a hard link fails on an existing name: no window between test and rename)."""
+    try:
+        if overwrite:
+            os.replace(finished, final)
+            return
+        try:
+            os.link(finished, final)
+        except FileExistsError:
+            raise StreamdeidError(f"{final} appeared while this run was writing it; this run's result "
+                                  f"is kept at {finished}") from None
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
+                raise
+            if final.exists():  # no hard links on this filesystem: test, then rename
+                raise StreamdeidError(f"{final} appeared while this run was writing it; this run's "
+                                      f"result is kept at {finished}") from None
+            os.replace(finished, final)
+            return
+        finished.unlink()
+    except OSError as exc:
+        raise StreamdeidError(f"cannot move {finished} to {final}: {exc.strerror}") from None
+
+
 def check_overwrite(path: Path, overwrite: bool) -> None:
     if path.exists() and not overwrite:
         raise StreamdeidError(f"output exists: {path} (pass --overwrite to replace it)")
@@ -99,6 +143,7 @@ class VideoWriter:
         fmt = output_format(self._ext)
         check_overwrite(self.path, config.overwrite)
         self._encoding = choose_video_encoding(config, template.width, template.height, self._ext)
+        self._claim = claim_partial(self.partial_path, self.path)
         self._closed = False
         self._last_pts: int | None = None
         self._frames_written = 0
@@ -107,6 +152,7 @@ class VideoWriter:
         try:
             self._container = av.open(str(self.partial_path), mode="w", format=fmt, options=muxer_options(self._ext))
         except _AV_ERRORS as exc:
+            self._release()
             raise StreamdeidError(f"cannot create {self.partial_path}: {_reason(exc)}") from None
         self._metadata = dict(metadata or {})  # container tags, e.g. the vault's video id
         self._container.metadata.update(self._metadata)
@@ -189,16 +235,24 @@ class VideoWriter:
             self._discard()
             raise StreamdeidError(f"no video frames were written; {self.path} not created")
         self._finalize()
-        if self.path.exists() and not self._config.overwrite:
-            raise StreamdeidError(f"output appeared while writing: {self.path}; result kept at {self.partial_path}")
         finished = self._unfragment()
         try:
-            os.replace(finished, self.path)
-        except OSError as exc:
-            raise StreamdeidError(f"cannot rename {finished} to {self.path}: {exc.strerror}") from None
+            publish(finished, self.path, self._config.overwrite)
+        except BaseException:  # the result stays at `finished`, which the error names
+            if finished != self.partial_path:
+                self.partial_path.unlink(missing_ok=True)
+            self._release()
+            raise
         if finished != self.partial_path:
             self.partial_path.unlink(missing_ok=True)
+        self._release()
         return self.path
+
+    def _release(self) -> None:
+        """Let go of the partial file's lock (see claim_partial)."""
+        if self._claim is not None:
+            os.close(self._claim)
+            self._claim = None
 
     def _unfragment(self) -> Path:
         """The finished file to publish: for MP4/MOV a plain copy with the index first (video/finish.py),
@@ -374,7 +428,11 @@ class VideoWriter:
             self._container.close()
         except _AV_ERRORS:
             pass  # the file is deleted anyway
-        self.partial_path.unlink(missing_ok=True)
+        try:
+            self.partial_path.unlink(missing_ok=True)
+        except OSError as exc:  # never mask the error that brought us here (a read-only folder...)
+            log.warning("could not remove %s: %s", self.partial_path, exc.strerror)
+        self._release()
 
 
 # Live outputs: where a stream goes -> (muxer, pseudo-extension for codec checks).
