@@ -322,3 +322,31 @@ def test_output_appearing_meanwhile_is_not_replaced(tmp_path: Path, media: Path)
     assert out.read_bytes() == b"somebody else's file"
     kept = err.strip().rsplit("kept at ", 1)[1]
     assert len(decode(Path(kept))) == 275  # this run's result, whole, where the message says
+
+
+@pytest.mark.parametrize("min_bytes", [0, 120_000])  # 0: killed before its first fragment is written
+def test_kill_9_then_recover_partial_restores_what_the_partial_holds(tmp_path: Path, media: Path,
+                                                                     min_bytes: int) -> None:
+    src = _long_input(tmp_path, media)
+    key, out = tmp_path / "k.key", tmp_path / "out.mp4"
+    assert run_cli("keygen", str(key)).returncode == 0
+    proc = subprocess.Popen([sys.executable, "-m", "streamdeid.cli", "run", str(src), "-o", str(out), "--no-progress",
+                             "--key-file", str(key)], stderr=subprocess.PIPE)
+    partial = tmp_path / "out.partial.mp4"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (not partial.exists() or partial.stat().st_size < min_bytes):
+        time.sleep(0.01)
+    assert proc.poll() is None, "the run ended before it could be killed"
+    proc.kill()
+    proc.communicate(timeout=60)
+    assert not out.exists()  # nothing under the final name
+    rec = tmp_path / "rec.mp4"
+    res = run_cli("recover", str(partial), "--vault", str(tmp_path / "out.mp4.sdv"), "--key-file", str(key),
+                  "-o", str(rec), "--partial", "--no-progress")
+    err = res.stderr.decode()
+    assert "Traceback" not in err and len(err.strip().splitlines()) <= 3, err
+    if min_bytes == 0 and partial.stat().st_size == 0:  # nothing was written: a clear error, no output
+        assert res.returncode == 1 and not rec.exists(), err
+        return
+    assert res.returncode == 0, err
+    assert len(decode(rec)) == len(decode(partial)) > 0
