@@ -350,3 +350,14 @@ def test_kill_9_then_recover_partial_restores_what_the_partial_holds(tmp_path: P
         return
     assert res.returncode == 0, err
     assert len(decode(rec)) == len(decode(partial)) > 0
+
+
+def test_fuzz_sample_no_traceback_hang_or_half_output(tmp_path: Path, media: Path) -> None:
+    """A fast sample of benchmarks/fuzz.py (one case per mutation): damaged real clips get an output that
+    decodes or a one-line error, never a traceback, a hang or a half-written output."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from fuzz import MUTATIONS, run_cases
+
+    result = run_cases(len(MUTATIONS), seed=7, out_dir=tmp_path, timeout=120, verbose=False)
+    assert not result["bad"], result["bad"]
+    assert sum(sum(c.values()) for c in result["counts"].values()) == len(MUTATIONS)
