@@ -73,7 +73,9 @@ class FrameRenderer:
     output (``AnonymizeConfig.leak_guard`` can turn it off); ``color_match`` --
     match pasted colours to the frame; ``persistent_fallback`` (default: the
     same as ``needs_leak_guard``) -- a track whose batch failed stays on solid
-    fill for the rest of the run instead of flickering between the two.
+    fill for the rest of the run instead of flickering between the two;
+    ``scale_free`` -- the anonymizer looks the same at any crop size, so small
+    faces get small crops (``_crop_side``) instead of ``AlignConfig.crop_size``.
     """
 
     def __init__(
