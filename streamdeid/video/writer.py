@@ -237,15 +237,11 @@ class VideoWriter:
         self._finalize()
         finished = self._unfragment()
         try:
-            publish(finished, self.path, self._config.overwrite)
-        except BaseException:  # the result stays at `finished`, which the error names
-            if finished != self.partial_path:
+            publish(finished, self.path, self._config.overwrite)  # on failure the error names `finished`
+        finally:
+            if finished != self.partial_path:  # the finished copy holds everything
                 self.partial_path.unlink(missing_ok=True)
             self._release()
-            raise
-        if finished != self.partial_path:
-            self.partial_path.unlink(missing_ok=True)
-        self._release()
         return self.path
 
     def _release(self) -> None:
@@ -395,7 +391,11 @@ class VideoWriter:
         try:
             self._container.mux(packets)
         except _AV_ERRORS as exc:
-            raise StreamdeidError(f"{self._destination()} failed: {_reason(exc)}") from None
+            raise self._write_error(exc) from None
+
+    def _write_error(self, exc: BaseException) -> StreamdeidError:
+        """The user-facing error for a failed write."""
+        return StreamdeidError(f"{self._destination()} failed: {_reason(exc)}")
 
     def _destination(self) -> str:
         """What a write error names."""
@@ -510,14 +510,11 @@ class StreamWriter(VideoWriter):
             self._discard()
             raise
 
-    def _mux(self, packets: av.Packet | list[av.Packet]) -> None:
-        try:
-            self._container.mux(packets)
-        except _AV_ERRORS as exc:
-            if self.target == STDOUT and _is_broken_pipe(exc):
-                self._reader_gone = True
-                raise OutputClosed(f"the reader of - hung up after {self._frames_written} frames; stopped") from None
-            raise StreamdeidError(f"{self._destination()} failed: {_reason(exc)}") from None
+    def _write_error(self, exc: BaseException) -> StreamdeidError:
+        if self.target == STDOUT and _is_broken_pipe(exc):
+            self._reader_gone = True
+            return OutputClosed(f"the reader of - hung up after {self._frames_written} frames; stopped")
+        return super()._write_error(exc)
 
     def _accepts(self, codec: str) -> bool:
         if self._stream_fmt in ("rtsp", "flv", "mpegts"):
