@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -16,6 +17,7 @@ from tqdm import tqdm
 from .anonymize import create_anonymizer, dbaf_recover_crops
 from .audit import TrackExporter
 from .config import PipelineConfig
+from .folder import FAILED, OK, SKIPPED, FileOutcome, output_is_complete
 from .pipeline import RunSummary, ThreadedSink, process_frames, threaded_source
 from .recovery import (
     RunKeys,
@@ -45,6 +47,7 @@ class RunResult:
     output: Path
     summary: RunSummary
     vault: Path | None = None  # None: irreversible output (no key file, --no-vault, or a still image)
+    files: list[FileOutcome] = field(default_factory=list)  # a folder run: one per file, in order
 
 
 def default_output(src: str) -> Path:
@@ -57,15 +60,22 @@ def default_output(src: str) -> Path:
 
 def anonymize(src: str, dst: str | Path | None = None, config: PipelineConfig | None = None, *,
               key_file: str | None = None, new_key: bool = False, vault: bool = True,
-              store_crops: bool = True) -> RunResult:
+              store_crops: bool = True, skip_existing: bool = False) -> RunResult:
     """Anonymize a video file, image, folder of them, or ``"-"`` (stdin).
 
     With ``key_file`` (a master key; ``new_key`` creates it when missing) every
     track gets its own key and a recovery vault ``<output>.sdv`` is written
     beside a video output (``vault=False``: none). Without a key file the run
     uses an ephemeral key that is never stored: the output is irreversible.
+
+    A folder is processed file by file: a file that fails is recorded in
+    ``RunResult.files`` and the run goes on. ``skip_existing`` (folders only)
+    skips a file whose output (and vault) a previous run finished, and redoes
+    one it left incomplete.
     """
     config = config or PipelineConfig()
+    if skip_existing and (src == "-" or not Path(src).is_dir()):
+        raise StreamdeidError("--skip-existing resumes a folder run; INPUT is not a folder")
     keys = run_keys(key_file, new_key=new_key)
     if src == "-":
         if dst is None:
@@ -77,7 +87,8 @@ def anonymize(src: str, dst: str | Path | None = None, config: PipelineConfig | 
     out = Path(dst) if dst is not None else default_output(src)
     refuse_same_file(src, out)
     if src != "-" and Path(src).is_dir():
-        return _anonymize_folder(Path(src), out, config, keys, store_crops=store_crops)
+        return _anonymize_folder(Path(src), out, config, keys, vault=vault, store_crops=store_crops,
+                                 skip_existing=skip_existing)
     if src != "-" and is_image(src):
         return _anonymize_image(Path(src), out, config, keys)
     return _anonymize_video(src, out, config, keys, vault=vault and not keys.ephemeral, store_crops=store_crops)
@@ -221,27 +232,95 @@ def _still_face(i: int, dets):
     return TrackedFace(i + 1, dets.boxes[i], dets.landmarks[i], float(dets.scores[i]), "detected")
 
 
-def _anonymize_folder(src: Path, out: Path, config: PipelineConfig, keys: RunKeys, *,
-                      store_crops: bool = True) -> RunResult:
+def _anonymize_folder(src: Path, out: Path, config: PipelineConfig, keys: RunKeys, *, vault: bool = True,
+                      store_crops: bool = True, skip_existing: bool = False) -> RunResult:
+    """Every file of ``src`` into ``out``: a file that fails is recorded and the next one is done.
+    Ctrl-C stops the whole run (``summary.interrupted``)."""
     files = list_media(src)
     if not files:
         raise StreamdeidError(f"{src}: no images or videos in this folder")
     out.mkdir(parents=True, exist_ok=True)
     total = RunSummary()
+    outcomes: list[FileOutcome] = []
     for f in files:
-        if is_image(f):
-            res = _anonymize_image(f, out / f.name, config, keys)
+        try:
+            outcome, summary = _folder_file(f, out / f.name, config, keys, vault=vault and not keys.ephemeral,
+                                            store_crops=store_crops, skip_existing=skip_existing)
+        except KeyboardInterrupt:  # outside the frame loop (opening, loading the model, a still image)
+            outcome, summary = _outcome(f, out / f.name, None, FAILED, error="interrupted"), RunSummary()
+            summary.interrupted = True
+        outcomes.append(outcome)
+        if summary is not None:
+            _add_summary(total, summary)
+            if summary.interrupted:
+                total.interrupted = True
+                break
+    return RunResult(out, total, files=outcomes)
+
+
+def _folder_file(src: Path, dst: Path, config: PipelineConfig, keys: RunKeys, *, vault: bool,
+                 store_crops: bool, skip_existing: bool) -> tuple[FileOutcome, RunSummary | None]:
+    """One file of a folder run: its outcome, and its summary when it ran (None: skipped or failed)."""
+    vault_path = vault_path_for(dst) if vault and not is_image(src) else None
+    if skip_existing:
+        if output_is_complete(dst, vault_path):
+            return _outcome(src, dst, vault_path, SKIPPED), None
+        config = _redo_config(dst, vault_path, config)
+    try:
+        if is_image(src):
+            res = _anonymize_image(src, dst, config, keys)
         else:
-            res = _anonymize_video(str(f), out / f.name, config, keys.for_next_video(),
-                                   vault=not keys.ephemeral, store_crops=store_crops)
-        for name in ("frames", "faces", "tracks", "fallbacks", "leak_fallbacks", "seconds"):
-            setattr(total, name, getattr(total, name) + getattr(res.summary, name))
-        sizes = [v for v in (total.smallest_face, res.summary.smallest_face) if v is not None]
-        total.smallest_face = max(sizes) if sizes else None  # the weakest promise of the folder
-        if res.summary.interrupted:
-            total.interrupted = True
-            break
-    return RunResult(out, total)
+            res = _anonymize_video(str(src), dst, config, keys.for_next_video(), vault=vault,
+                                   store_crops=store_crops)
+    except StreamdeidError as exc:
+        return _outcome(src, dst, None, FAILED, error=str(exc)), None
+    except Exception as exc:  # a bug of ours on this file: record it, do the others (traceback with -v)
+        log.info("internal error on %s", src, exc_info=True)
+        return _outcome(src, dst, None, FAILED, error=f"internal error: {_first_line(exc)}"), None
+    return file_outcome(str(src), res), res.summary
+
+
+def _redo_config(dst: Path, vault_path: Path | None, config: PipelineConfig) -> PipelineConfig:
+    """--skip-existing and ``dst`` is not a finished output: what a previous run left there (a half-written
+    output, a vault without its END) is replaced. Only called once ``output_is_complete`` said no."""
+    if not dst.exists() and not (vault_path is not None and vault_path.exists()):
+        return config
+    log.warning("%s: the output a previous run left is incomplete; redoing it", dst)
+    return dataclasses.replace(config, output=dataclasses.replace(config.output, overwrite=True))
+
+
+def _outcome(src: Path | str, dst: Path | str, vault: Path | None, status: str, summary: RunSummary | None = None,
+             error: str | None = None) -> FileOutcome:
+    s = summary or RunSummary()
+    return FileOutcome(str(src), str(dst), str(vault) if vault is not None else None, status, error,
+                       s.frames, s.faces, s.tracks, round(s.seconds, 3))
+
+
+def file_outcome(src: str, result: RunResult) -> FileOutcome:
+    """The outcome of a single-file run (a ``--report`` of one entry)."""
+    if result.summary.interrupted:
+        return _outcome(src, result.output, result.vault, FAILED, result.summary,
+                        error=f"interrupted: partial output kept at {result.output}")
+    return _outcome(src, result.output, result.vault, OK, result.summary)
+
+
+def failed_outcome(src: str, dst: str | Path | None, error: str) -> FileOutcome:
+    """The outcome of a single-file run that raised ``error``."""
+    if dst is None and src != "-":
+        dst = default_output(src)
+    return _outcome(src, dst if dst is not None else "", None, FAILED, error=error)
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+
+
+def _add_summary(total: RunSummary, summary: RunSummary) -> None:
+    for name in ("frames", "faces", "tracks", "fallbacks", "leak_fallbacks", "seconds"):
+        setattr(total, name, getattr(total, name) + getattr(summary, name))
+    sizes = [v for v in (total.smallest_face, summary.smallest_face) if v is not None]
+    total.smallest_face = max(sizes) if sizes else None  # the weakest promise of the folder
 
 
 @dataclass

@@ -107,6 +107,8 @@ def main(verbose: bool) -> None:
 @click.option("--stats-interval", type=click.FloatRange(min=0), default=5.0, show_default=True, help="Live: seconds between statistics reports (0: none).")
 @click.option("--stdout-format", type=click.Choice(["mpegts", "matroska"]), default="mpegts", show_default=True, help="Live: container when writing to stdout (-o -).")
 @click.option("--export-tracks", type=click.Path(dir_okay=False), help="Write a JSONL audit log: per frame and track, box, score, state, method.")
+@click.option("--report", "report", type=click.Path(dir_okay=False), default=None, help="Write a JSON report: per file input, output, vault, status (ok, failed, skipped), error, frames, faces, tracks, seconds; and totals. Written also when files failed.")
+@click.option("--skip-existing", is_flag=True, help="Folder input: resume a run by skipping each file whose output (and, with --key-file, its vault) is complete and verified; an output a crash left incomplete is redone.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 def run(input: str, output: str | None, overwrite: bool, method: str, model_path: str | None, backend: str,
         leak_threshold: float | None, detect_every: int | None, detect_size: int | None, min_face: int | None,
@@ -114,7 +116,7 @@ def run(input: str, output: str | None, overwrite: bool, method: str, model_path
         codec: str, crf: int, preset: str, key_file: str | None, new_key: bool, no_vault: bool, no_crops: bool,
         force_live: bool, max_latency: float, segment_time: float | None, max_retries: int, rtsp_transport: str,
         read_timeout: float, stats_json: str | None, stats_interval: float, stdout_format: str,
-        export_tracks: str | None, no_progress: bool) -> None:
+        export_tracks: str | None, report: str | None, skip_existing: bool, no_progress: bool) -> None:
     """Anonymize every face in INPUT.
 
     INPUT is a video file (mp4, mkv, mov, avi, webm, gif), an image, a folder
@@ -124,13 +126,16 @@ def run(input: str, output: str | None, overwrite: bool, method: str, model_path
     \b
       ffmpeg -i cam.mp4 -f matroska - | streamdeid run - -o out.mkv
 
+    A folder is done file by file: a file that fails is reported and the
+    run goes on (exit 1 if any failed); --skip-existing resumes it.
+
     \b
     Live feeds (rtsp://, /dev/video0) run with a latency bound, reconnect
     when the feed drops, and can rotate the recording into segments:
       streamdeid run rtsp://cam/stream -o rec.mp4 --segment-time 600
       streamdeid run rtsp://cam/stream -o - | ffplay -
     """
-    from .api import anonymize
+    from .folder import FAILED
     from .video.reader import is_live_input
 
     config = PipelineConfig()
@@ -167,22 +172,62 @@ def run(input: str, output: str | None, overwrite: bool, method: str, model_path
     if force_live or (input != "-" and is_live_input(input)):
         from .live import LiveConfig
 
+        if report is not None or skip_existing:
+            raise StreamdeidError("--report and --skip-existing are for files and folders, not live feeds")
         live = LiveConfig(transport=rtsp_transport, read_timeout=read_timeout, max_retries=max_retries,
                           max_latency=max_latency, segment_time=segment_time, stats_interval=stats_interval,
                           stats_json=stats_json, stream_container=stdout_format)
         _run_live(input, output, config, live, key_file=key_file, new_key=new_key, vault=not no_vault)
         return
-    result = anonymize(input, output, config, key_file=key_file, new_key=new_key, vault=not no_vault,
-                       store_crops=not no_crops)
+    result = _anonymize_reporting(input, output, config, report, key_file=key_file, new_key=new_key,
+                                  vault=not no_vault, store_crops=not no_crops, skip_existing=skip_existing)
     click.echo(f"streamdeid: {result.summary.line()} ({config.anonymize.method}) -> {result.output}", err=True)
-    if result.vault is not None:
-        how = (" --mode model" + (f" --model {model_path}" if model_path else "")) if no_crops else ""
-        click.echo(f"streamdeid: recovery vault {result.vault} (recover with `streamdeid recover"
-                   f" {result.output} --key-file {key_file}{how} -o OUT`)", err=True)
-    else:
-        click.echo("streamdeid: no recovery vault: this output is irreversible", err=True)
+    how = (" --mode model" + (f" --model {model_path}" if model_path else "")) if no_crops else ""
+    _echo_vault(result, key_file, how)
+    if result.files:
+        _echo_folder(result.files)
     if result.summary.interrupted:
         sys.exit(EXIT_INTERRUPTED)
+    if any(f.status == FAILED for f in result.files):
+        sys.exit(EXIT_ERROR)
+
+
+def _anonymize_reporting(input: str, output: str | None, config: PipelineConfig, report: str | None, **kwargs):
+    """``anonymize``, then the --report (one entry per file; for a single file, one entry, also when it
+    failed)."""
+    from .api import anonymize, failed_outcome, file_outcome
+    from .folder import write_report
+
+    try:
+        result = anonymize(input, output, config, **kwargs)
+    except StreamdeidError as exc:
+        if report is not None:
+            write_report(report, [failed_outcome(input, output, str(exc))])
+        raise
+    if report is not None:
+        write_report(report, result.files or [file_outcome(input, result)], interrupted=result.summary.interrupted)
+    return result
+
+
+def _echo_vault(result, key_file: str | None, how: str) -> None:
+    if result.vault is not None:
+        click.echo(f"streamdeid: recovery vault {result.vault} (recover with `streamdeid recover"
+                   f" {result.output} --key-file {key_file}{how} -o OUT`)", err=True)
+    elif any(f.vault for f in result.files):
+        click.echo(f"streamdeid: a recovery vault beside each video in {result.output} (VIDEO.sdv; recover with"
+                   f" `streamdeid recover {result.output}/VIDEO --key-file {key_file}{how} -o OUT`)", err=True)
+    elif not result.files or any(f.status == "ok" for f in result.files):
+        click.echo("streamdeid: no recovery vault: this output is irreversible", err=True)
+
+
+def _echo_folder(files) -> None:
+    """One line of counts, then one line per failed file with its reason."""
+    from .folder import FAILED, summary_line
+
+    click.echo(f"streamdeid: {summary_line(files)}", err=True)
+    for f in files:
+        if f.status == FAILED:
+            click.echo(f"streamdeid: failed: {f.input}: {f.error}", err=True)
 
 
 def _run_live(source: str, output: str | None, config: PipelineConfig, live, *, key_file: str | None,

@@ -28,7 +28,8 @@ def test_help_explains_options() -> None:
     proc = run_cli("run", "--help")
     out = proc.stdout.decode()
     assert proc.returncode == 0
-    for opt in ("--detect-every", "--hold", "--lookahead", "--key-file", "--export-tracks", "--crf", "--min-face"):
+    for opt in ("--detect-every", "--hold", "--lookahead", "--key-file", "--export-tracks", "--crf", "--min-face",
+                "--report", "--skip-existing"):
         assert opt in out
 
 
@@ -136,6 +137,105 @@ def test_folder_of_images_and_videos(tmp_path: Path, media: Path) -> None:
     assert proc.returncode == 0, _err_line(proc)
     out = tmp_path / "in_anonymized"
     assert sorted(p.name for p in out.iterdir()) == ["a.jpg", "b.mp4"]
+
+
+def _folder_with_bad_files(tmp_path: Path, media: Path) -> Path:
+    """a.mp4 (4 frames with a face) and b.jpg are good; bad.mp4 is random bytes, cut.mp4 half an mp4."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    make_video(folder / "a.mp4", face_frames(media, 4))
+    (folder / "b.jpg").write_bytes((media / "obama-240p.jpg").read_bytes())
+    (folder / "bad.mp4").write_bytes(np.random.default_rng(0).bytes(5000))
+    whole = make_video(tmp_path / "whole.mp4", face_frames(media, 6)).read_bytes()
+    (folder / "cut.mp4").write_bytes(whole[: len(whole) // 2])
+    return folder
+
+
+def _statuses(report: Path) -> dict[str, dict]:
+    return {Path(f["input"]).name: f for f in json.loads(report.read_text())["files"]}
+
+
+def _mtimes(folder: Path) -> dict[str, int]:
+    return {p.name: p.stat().st_mtime_ns for p in folder.iterdir()}
+
+
+def _vault_info(path: Path) -> dict:
+    from streamdeid.vault import VaultReader
+
+    with VaultReader(path) as reader:
+        return reader.inspect()
+
+
+def test_folder_goes_on_after_bad_files_and_resumes(tmp_path: Path, media: Path) -> None:
+    folder, out, key, report = _folder_with_bad_files(tmp_path, media), tmp_path / "out", tmp_path / "k.key", \
+        tmp_path / "report.json"
+    assert run_cli("keygen", str(key)).returncode == 0
+    args = ("run", str(folder), "-o", str(out), "--key-file", str(key), "--report", str(report), "--no-progress")
+    proc = run_cli(*args)
+    err = _err_line(proc)
+    assert proc.returncode == 1, err
+    assert "streamdeid: 2 ok, 2 failed, 0 skipped" in err.splitlines()
+    failed = [line for line in err.splitlines() if line.startswith("streamdeid: failed: ")]
+    assert [Path(line.split(": ")[2]).name for line in failed] == ["bad.mp4", "cut.mp4"], err
+    assert sorted(p.name for p in out.iterdir()) == ["a.mp4", "a.mp4.sdv", "b.jpg"]  # nothing half-written
+    assert len(decode(out / "a.mp4")) == 4 and cv2.imread(str(out / "b.jpg")) is not None
+    files = _statuses(report)
+    assert {name: f["status"] for name, f in files.items()} == {"a.mp4": "ok", "b.jpg": "ok", "bad.mp4": "failed",
+                                                              "cut.mp4": "failed"}
+    assert files["a.mp4"]["vault"] == str(out / "a.mp4.sdv") and files["a.mp4"]["frames"] == 4
+    assert files["a.mp4"]["faces"] > 0 and files["a.mp4"]["error"] is None and files["b.jpg"]["vault"] is None
+    assert files["bad.mp4"]["error"] and files["cut.mp4"]["error"] and files["bad.mp4"]["vault"] is None
+    totals = json.loads(report.read_text())["totals"]
+    assert (totals["files"], totals["ok"], totals["failed"], totals["skipped"], totals["frames"]) == (4, 2, 2, 0, 5)
+
+    before = _mtimes(out)
+    proc = run_cli(*args)  # a plain rerun touches nothing and says why for each file
+    assert proc.returncode == 1 and "0 ok, 4 failed, 0 skipped" in _err_line(proc)
+    assert "--overwrite" in _statuses(report)["a.mp4"]["error"] and _mtimes(out) == before
+
+    proc = run_cli(*args, "--skip-existing")
+    err = _err_line(proc)
+    assert proc.returncode == 1 and "streamdeid: 0 ok, 2 failed, 2 skipped" in err.splitlines(), err
+    assert {n: f["status"] for n, f in _statuses(report).items()} == {"a.mp4": "skipped", "b.jpg": "skipped",
+                                                                     "bad.mp4": "failed", "cut.mp4": "failed"}
+    assert _mtimes(out) == before
+
+    sdv = out / "a.mp4.sdv"
+    sdv.write_bytes(sdv.read_bytes()[:-10])  # the END record is gone, as after a kill
+    assert not _vault_info(sdv)["complete"]
+    proc = run_cli(*args, "--skip-existing")
+    err = _err_line(proc)
+    assert proc.returncode == 1 and "streamdeid: 1 ok, 2 failed, 1 skipped" in err.splitlines(), err
+    files = _statuses(report)
+    assert files["a.mp4"]["status"] == "ok" and files["b.jpg"]["status"] == "skipped"
+    info = _vault_info(sdv)
+    assert info["complete"] and info["frame_range"] == [0, 3]
+    assert len(decode(out / "a.mp4")) == 4
+    assert _mtimes(out)["b.jpg"] == before["b.jpg"] and _mtimes(out)["a.mp4"] != before["a.mp4"]
+
+
+def test_skip_existing_redoes_an_output_shorter_than_its_vault(tmp_path: Path, media: Path) -> None:
+    """The vault has faces up to frame 3 but the output holds 2 frames: not a finished pair, so it is
+    redone; a verified output beside it is left alone."""
+    folder, out, key = tmp_path / "in", tmp_path / "out", tmp_path / "k.key"
+    folder.mkdir()
+    make_video(folder / "a.mp4", face_frames(media, 4))
+    make_video(folder / "c.mp4", face_frames(media, 3))
+    args = ("run", str(folder), "-o", str(out), "--key-file", str(key), "--new-key", "--no-progress")
+    assert run_cli(*args).returncode == 0
+    make_video(out / "a.mp4", face_frames(media, 2))
+    before = _mtimes(out)
+    proc = run_cli(*args, "--skip-existing")
+    err = _err_line(proc)
+    assert proc.returncode == 0 and "streamdeid: 1 ok, 0 failed, 1 skipped" in err.splitlines(), err
+    assert len(decode(out / "a.mp4")) == 4 and _vault_info(out / "a.mp4.sdv")["complete"]
+    assert _mtimes(out)["c.mp4"] == before["c.mp4"] and _mtimes(out)["c.mp4.sdv"] == before["c.mp4.sdv"]
+
+
+def test_skip_existing_is_for_folders(tmp_path: Path, media: Path) -> None:
+    src = make_video(tmp_path / "in.mp4", face_frames(media, 2))
+    proc = run_cli("run", str(src), "--skip-existing", "--no-progress")
+    assert proc.returncode == 1 and "folder" in _err_line(proc)
 
 
 def test_stdin_stream(tmp_path: Path, media: Path) -> None:

@@ -1,0 +1,97 @@
+"""Folder runs: one outcome per file, resuming (``--skip-existing``) and the JSON report (``--report``).
+
+A folder run attempts every file; a file that fails is recorded and the run goes on.
+``output_is_complete`` tells an output a previous run finished (it decodes, and its
+vault is complete and covers its frames) from one a crash or a kill left half-written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import av
+import cv2
+
+from .types import StreamdeidError
+from .video.images import is_image
+
+OK, FAILED, SKIPPED = "ok", "failed", "skipped"
+
+
+@dataclass
+class FileOutcome:
+    """What happened to one input file of a run (one entry of ``--report``)."""
+
+    input: str
+    output: str
+    vault: str | None
+    status: str  # OK | FAILED | SKIPPED
+    error: str | None = None
+    frames: int = 0
+    faces: int = 0
+    tracks: int = 0
+    seconds: float = 0.0
+
+
+def counts(outcomes: list[FileOutcome]) -> dict[str, int]:
+    return {s: sum(o.status == s for o in outcomes) for s in (OK, FAILED, SKIPPED)}
+
+
+def summary_line(outcomes: list[FileOutcome]) -> str:
+    c = counts(outcomes)
+    return f"{c[OK]} ok, {c[FAILED]} failed, {c[SKIPPED]} skipped"
+
+
+def write_report(path: str | Path, outcomes: list[FileOutcome], *, interrupted: bool = False) -> None:
+    """The per-file outcomes and their totals as JSON, written to a temp file and moved into place."""
+    target = Path(path)
+    totals = {"files": len(outcomes), **counts(outcomes), "interrupted": interrupted}
+    for name in ("frames", "faces", "tracks"):
+        totals[name] = sum(getattr(o, name) for o in outcomes)
+    totals["seconds"] = round(sum(o.seconds for o in outcomes), 3)
+    text = json.dumps({"files": [asdict(o) for o in outcomes], "totals": totals}, indent=2) + "\n"
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, target)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise StreamdeidError(f"cannot write the report {target}: {exc.strerror}") from None
+
+
+def decoded_frame_count(path: Path) -> int:
+    """Frames of ``path``'s first video stream, decoded to the end; 0 when it does not decode cleanly."""
+    try:
+        with av.open(str(path)) as container:
+            if not container.streams.video:
+                return 0
+            return sum(1 for _ in container.decode(video=0))
+    except (av.FFmpegError, OSError, EOFError, ValueError):
+        return 0
+
+
+def vault_covers(vault: Path, frames: int) -> bool:
+    """The vault is complete (END record, nothing damaged) and its faces lie within ``frames`` frames.
+    Uses only ``inspect()``'s "complete" and "frame_range" (the vault's internals may change)."""
+    from .vault import VaultReader
+
+    try:
+        with VaultReader(vault) as reader:
+            info = reader.inspect()
+    except (StreamdeidError, OSError):
+        return False
+    last = info["frame_range"][1] if info["frame_range"] else -1  # no face at all: no records
+    return bool(info["complete"]) and last + 1 <= frames
+
+
+def output_is_complete(output: Path, vault: Path | None) -> bool:
+    """A previous run finished ``output`` (and ``vault``, when one is expected): safe to skip."""
+    if not output.is_file():
+        return False
+    if is_image(output):
+        return cv2.imread(str(output), cv2.IMREAD_UNCHANGED) is not None
+    frames = decoded_frame_count(output)
+    return frames > 0 and (vault is None or vault_covers(vault, frames))
