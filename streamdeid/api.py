@@ -26,6 +26,7 @@ from .recovery import (
     open_vault_writer,
     pipeline_meta,
     read_video_id_tag,
+    vault_quality,
     records_by_frame,
     restore_frame,
     run_keys,
@@ -137,7 +138,8 @@ def _anonymize_video(src: str, out: Path | str, config: PipelineConfig, keys: Ru
             if vault_path is not None:
                 vault_writer = open_vault_writer(vault_path, keys, source=src, output=out,
                                                  store_crops=store_crops, overwrite=config.output.overwrite,
-                                                 pipeline=pipeline_meta(config, renderer.anonymizer))
+                                                 pipeline=pipeline_meta(config, renderer.anonymizer),
+                                                 quality=vault_quality(config.output), fps=fps)
                 observers.append(VaultRecorder(vault_writer, reversible))
         except BaseException:
             writer.close(success=False)

@@ -96,6 +96,7 @@ def main(verbose: bool) -> None:
 @click.option("--key-file", type=click.Path(dir_okay=False), help="Master key (from `streamdeid keygen`): write a recovery vault <output>.sdv. Without it the output is irreversible.")
 @click.option("--new-key", is_flag=True, help="Create --key-file if it does not exist.")
 @click.option("--no-vault", is_flag=True, help="Write no recovery vault even with --key-file.")
+@click.option("--vault-quality", type=click.Choice(["auto", "high", "small", "lossless"]), default="auto", show_default=True, help="How the vault stores original faces: one small H.264 video per person and second. high: near-lossless (about 45 dB); small: about half the size, a few dB lower; lossless: bit-exact (several times larger). auto: lossless when the output is lossless (--codec ffv1 or --crf 0), else high.")
 @click.option("--no-crops", is_flag=True, help="dbaf: the vault keeps only track ids and geometry, no face pixels; recover with --mode model.")
 @click.option("--live", "force_live", is_flag=True, help="Treat INPUT as a live feed with a latency bound (automatic for rtsp:// and other URLs and /dev/video*; use it for a live pipe on stdin).")
 @click.option("--max-latency", type=click.FloatRange(min=0.05), default=1.0, show_default=True, help="Live: frames older than this (seconds) are dropped whole before anonymization.")
@@ -113,7 +114,8 @@ def main(verbose: bool) -> None:
 def run(input: str, output: str | None, overwrite: bool, method: str, model_path: str | None, backend: str,
         leak_threshold: float | None, detect_every: int | None, detect_size: int | None, min_face: int | None,
         threshold: float | None, hold: float, lookahead: float, mask: str, mask_margin: float | None,
-        codec: str, crf: int, preset: str, key_file: str | None, new_key: bool, no_vault: bool, no_crops: bool,
+        codec: str, crf: int, preset: str, key_file: str | None, new_key: bool, no_vault: bool,
+        vault_quality: str, no_crops: bool,
         force_live: bool, max_latency: float, segment_time: float | None, max_retries: int, rtsp_transport: str,
         read_timeout: float, stats_json: str | None, stats_interval: float, stdout_format: str,
         export_tracks: str | None, report: str | None, skip_existing: bool, no_progress: bool) -> None:
@@ -167,6 +169,7 @@ def run(input: str, output: str | None, overwrite: bool, method: str, model_path
         config.blend.margin = mask_margin
     config.output.codec, config.output.crf, config.output.preset = codec, crf, preset
     config.output.overwrite = overwrite
+    config.output.vault_quality = vault_quality
     config.export_tracks = export_tracks
     config.progress = not no_progress
     if force_live or (input != "-" and is_live_input(input)):
@@ -234,7 +237,7 @@ def _run_live(source: str, output: str | None, config: PipelineConfig, live, *, 
               new_key: bool, vault: bool) -> None:
     from .api import renderer_for
     from .live import LiveSourceLost, run_live
-    from .recovery import SegmentVaultWriter, pipeline_meta, run_keys
+    from .recovery import SegmentVaultWriter, pipeline_meta, run_keys, vault_quality
     from .video.writer import is_stream_output
 
     if output is None:
@@ -249,8 +252,8 @@ def _run_live(source: str, output: str | None, config: PipelineConfig, live, *, 
         pipeline = pipeline_meta(config, renderer.anonymizer)
 
         def factory(segment: Path) -> SegmentVaultWriter:
-            return SegmentVaultWriter(keys, segment, reversible=reversible,
-                                      pipeline=pipeline, overwrite=config.output.overwrite)
+            return SegmentVaultWriter(keys, segment, reversible=reversible, pipeline=pipeline,
+                                      overwrite=config.output.overwrite, quality=vault_quality(config.output))
     else:
         click.echo("streamdeid: no recovery vault: this output is irreversible", err=True)
     try:

@@ -17,9 +17,11 @@ from pathlib import Path
 
 import numpy as np
 
+from .config import OutputConfig
 from .keys import KeyFile, MasterKey, load_key, new_video_id, track_key
 from .render import PastedFace
 from .types import Frame, FrameResult, StreamdeidError
+from .video.encoding import is_lossless
 from .vault import VaultReader, VaultRecord, VaultWriter, source_fingerprint
 
 log = logging.getLogger(__name__)
@@ -97,6 +99,7 @@ class VaultRecorder:
         self.record(result.frame, pasted)
 
     def record(self, frame: Frame, pasted: list[PastedFace]) -> None:
+        self.writer.advance(frame.index)  # closes the open chunk group on time, faces or not
         for p in pasted:
             generated = 1.0 if self.reversible is not None and p.method == self.reversible else 0.0
             self.writer.append(
@@ -115,13 +118,13 @@ class SegmentVaultWriter:
     """
 
     def __init__(self, keys: RunKeys, segment: Path, *, overwrite: bool,
-                 reversible: str | None = None, pipeline: dict | None = None) -> None:
+                 reversible: str | None = None, pipeline: dict | None = None, quality: str = "high") -> None:
         self.keys = keys.for_next_video()
         self.path = vault_path_for(segment)
         if self.path.exists() and not overwrite:
             raise StreamdeidError(f"{self.path} exists; pass --overwrite to replace it")
         writer = open_vault_writer(self.path, self.keys, source="-", output=segment, store_crops=True,
-                                   overwrite=overwrite, pipeline=pipeline)
+                                   overwrite=overwrite, pipeline=pipeline, quality=quality)
         self._recorder = VaultRecorder(writer, reversible)
         self.metadata = video_id_tag(self.keys.video_id)
 
@@ -142,15 +145,30 @@ class SegmentVaultWriter:
 
 
 def open_vault_writer(path: Path, keys: RunKeys, *, source: str, output: Path, store_crops: bool,
-                      overwrite: bool, pipeline: dict | None = None) -> VaultWriter:
+                      overwrite: bool, pipeline: dict | None = None, quality: str = "high",
+                      fps: float | None = None) -> VaultWriter:
     """``pipeline``: clear-text settings model-mode recovery needs to redo the paste
-    (anonymizer, model hash, crop size, align margin, blend mask); nothing secret."""
+    (anonymizer, model hash, crop size, align margin, blend mask); nothing secret.
+    ``quality``: the crop codec (vault.crops.QUALITIES); chunks hold about a second of ``fps``."""
     meta = {"video_id": keys.video_id.hex(), "output": output.name}
     if source != "-" and Path(source).is_file():
-        meta["source_fingerprint"] = source_fingerprint(source)
+        meta["source_fingerprint"] = source_fingerprint(source, keys.master)
     if pipeline:
         meta["pipeline"] = pipeline
-    return VaultWriter(path, meta, keys.master, store_crops=store_crops, overwrite=overwrite)
+    chunk_frames = 25
+    if fps and fps > 0:
+        meta["fps"] = round(float(fps), 6)
+        chunk_frames = max(1, min(240, round(fps)))
+    return VaultWriter(path, meta, keys.master, store_crops=store_crops, overwrite=overwrite, quality=quality,
+                       chunk_frames=chunk_frames)
+
+
+def vault_quality(output: OutputConfig) -> str:
+    """The vault's crop codec: ``output.vault_quality``, where "auto" means lossless for a lossless
+    output (recovery stays bit-exact) and "high" otherwise."""
+    if output.vault_quality != "auto":
+        return output.vault_quality
+    return "lossless" if is_lossless(output) else "high"
 
 
 def pipeline_meta(config, anonymizer) -> dict:

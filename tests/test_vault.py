@@ -27,7 +27,11 @@ def _crop(rng, t, f):
 
 
 def _build(path, master, video_id, store_crops=True, seed=0, **kw):
-    """Vault with 3 interleaved tracks; returns {(track, frame): (crop, inverse, pts, mask)}."""
+    """Vault with 3 interleaved tracks; returns {(track, frame): (crop, inverse, pts, mask)}.
+
+    Lossless crops (so they compare bit-exact) in chunks of 2 frames: every track has several chunks."""
+    kw.setdefault("quality", "lossless")
+    kw.setdefault("chunk_frames", 2)
     rng = np.random.default_rng(seed)
     truth = {}
     meta = {"video_id": video_id, "source_fingerprint": "sha256-head:ab:1", "output": "out.mp4"}
@@ -129,10 +133,13 @@ def test_inspect_without_key(vault):
     assert info["header"]["output"] == "out.mp4"
     assert info["header"]["source_fingerprint"] == "sha256-head:ab:1"
     assert info["header"]["algorithms"].startswith("HKDF-SHA256/AES-256-GCM")
-    assert info["header"]["crop_codec"] == "png"
+    assert info["header"]["crop_codec"] == "h264-rgb-lossless"
+    assert info["format_version"] == 2
     assert info["track_ids"] == list(TRACKS)
     assert info["frame_records"] == len(truth)
-    assert info["record_count"] == len(truth) + 2 * len(TRACKS) + 1
+    chunks = {(t, f // 2) for t, f in truth}  # one chunk per track and 2-frame group
+    assert info["record_count"] == len(chunks) + 2 * len(TRACKS) + 1
+    assert info["bytes_per_face_frame"] > 0
     assert info["frame_range"] == [0, N_FRAMES - 1]
     assert info["tracks"][7] == {"frames": N_FRAMES - 1, "first_frame": 1, "last_frame": N_FRAMES - 1}
     assert info["complete"] is True and info["damage"] is None
@@ -200,9 +207,9 @@ def test_not_a_vault_and_version(tmp_path, vault):
     with pytest.raises(StreamdeidError, match="not found"):
         VaultReader(tmp_path / "missing.sdv")
     data = bytearray(path.read_bytes())
-    data[7] = 2
+    data[7] = 3
     p.write_bytes(bytes(data))
-    with pytest.raises(StreamdeidError, match="unsupported vault format version 2"):
+    with pytest.raises(StreamdeidError, match="unsupported vault format version 3"):
         VaultReader(p)
 
 
@@ -236,15 +243,15 @@ def test_reordered_and_transplanted_records_rejected(tmp_path, vault):
     path, master, vid, _ = vault
     data = path.read_bytes()
     _, spans = _record_spans(data)
-    frames = [(a, b) for a, b, t in spans if t == fmt.FRAME]
-    # swap two frame records of the same track (track 1: frames 0 and 1)
-    (a0, b0), (a1, b1) = frames[0], frames[2]
+    frames = [(a, b) for a, b, t in spans if t == fmt.CHUNK]
+    # swap two chunk records of the same track (track 1: frames 0-1 and 2-3; 3 chunks per group)
+    (a0, b0), (a1, b1) = frames[0], frames[3]
     swapped = data[:a0] + data[a1:b1] + data[b0:a1] + data[a0:b0] + data[b1:]
     p = tmp_path / "s.sdv"
     p.write_bytes(swapped)
     with pytest.raises(StreamdeidError, match="failed authentication|out of order"):
         list(VaultReader(p).records(master))
-    # a record dropped (track 2, frame 0)
+    # a record dropped (track 2, frames 0-1)
     a, b = frames[1]
     p.write_bytes(data[:a] + data[b:])
     with pytest.raises(StreamdeidError):
@@ -271,8 +278,8 @@ def test_aborted_run_reads_as_truncated(tmp_path):
             raise RuntimeError("crash")
     r = VaultReader(path)
     recs = list(r.records(master))
-    assert [x.frame_index for x in recs] == [0, 1, 2]
-    assert r.damage is not None and "truncated after record 4" in str(r.damage)
+    assert [x.frame_index for x in recs] == [0, 1, 2]  # abort still writes the open group
+    assert r.damage is not None and "truncated after record 2" in str(r.damage)
     assert r.damage.last_frame == 2 and "frames after 2" in r.damage.message
     assert r.inspect()["complete"] is False
     with pytest.raises(StreamdeidError, match="truncated"):
@@ -288,7 +295,7 @@ def built(tmp_path_factory):
     master = generate_master_key(d / "m")
     vid = new_video_id()
     path = d / "v.sdv"
-    _build(path, master, vid, sync_every=1)
+    _build(path, master, vid)
     data = path.read_bytes()
     r = VaultReader(path)
     originals = list(r.records(master))
@@ -354,11 +361,9 @@ def test_bit_flips_detected(built, data):
     got, outcome = _read_all(path, master)
     assert outcome in ("error", "damage")
     k = _first_damaged_seq(changed, data_start, spans)
+    # every record before the damaged one, intact (in frame order within its group), nothing after it
     before = [o for o in originals if o.seq < k]
-    assert len(got) <= len(originals)
-    assert all(_same(g, o) for g, o in zip(got, originals))  # a prefix, intact
-    assert len(got) >= len(before)
-    assert all(g.seq < k for g in got) or k == -1 and not got
+    assert len(got) == len(before) and all(_same(g, o) for g, o in zip(got, before))
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -393,13 +398,13 @@ def test_truncation_reported(built, data):
     assert r.damage is not None
 
 
-def test_crops_roundtrip_png_exact_varied_sizes(tmp_path):
+def test_crops_roundtrip_lossless_exact_varied_sizes(tmp_path):
     master = generate_master_key(tmp_path / "m")
     path = tmp_path / "v.sdv"
     rng = np.random.default_rng(3)
     crops = [rng.integers(0, 256, (h, w, 3), dtype=np.uint8) for h, w in [(1, 1), (3, 200), (128, 128)]]
     crops.append(np.ascontiguousarray(rng.integers(0, 256, (40, 30, 3), dtype=np.uint8)[::2, ::-1]))
-    with VaultWriter(path, {"video_id": new_video_id().hex()}, master, png_compression=9) as vw:
+    with VaultWriter(path, {"video_id": new_video_id().hex()}, master, quality="lossless") as vw:
         for i, c in enumerate(crops):
             vw.append(0, i, -5 if i == 0 else 2**40, np.full((2, 3), np.pi * i), c.shape[0], c)
     recs = list(VaultReader(path).records(master))
@@ -407,5 +412,95 @@ def test_crops_roundtrip_png_exact_varied_sizes(tmp_path):
     for r, c in zip(recs, crops):
         assert np.array_equal(r.crop, c)
         assert np.array_equal(r.inverse, np.full((2, 3), np.pi * r.frame_index))
-    ok, _ = cv2.imencode(".png", crops[0])
-    assert ok
+
+
+def test_tracks_starting_mid_group_come_back_in_frame_order(tmp_path):
+    """Chunks of one group are written track by track; the reader merges them by frame."""
+    master = generate_master_key(tmp_path / "m")
+    path = tmp_path / "v.sdv"
+    spans = {1: range(0, 11), 2: range(15, 25), 3: range(5, 21), 4: range(24, 40)}
+    with VaultWriter(path, {"video_id": new_video_id()}, master, chunk_frames=25, quality="small") as vw:
+        for f in range(40):
+            vw.advance(f)
+            for t, frames in spans.items():
+                if f in frames:
+                    vw.append(t, f, f, np.eye(2, 3), 16, np.full((16, 16, 3), 10 * t, np.uint8))
+    recs = list(VaultReader(path).records(master))
+    assert [(r.frame_index, r.track_id) for r in recs] == sorted((f, t) for t, fr in spans.items() for f in fr)
+    assert all(np.abs(r.crop.astype(int) - 10 * r.track_id).max() <= 2 for r in recs)
+    with pytest.raises(ValueError, match="already written"):
+        with VaultWriter(tmp_path / "w.sdv", {"video_id": new_video_id()}, master, chunk_frames=2) as vw:
+            vw.append(1, 5, 0, np.eye(2, 3), 4, np.zeros((4, 4, 3), np.uint8))
+            vw.append(1, 9, 0, np.eye(2, 3), 4, np.zeros((4, 4, 3), np.uint8))
+            vw.append(1, 3, 0, np.eye(2, 3), 4, np.zeros((4, 4, 3), np.uint8))
+
+
+def _real_face_crops(media, n=30):
+    """n face crops (BGRA, an elliptical owned mask) from a shared clip, as a run stores them."""
+    import av
+
+    crops = []
+    with av.open(str(media / "head-pose-face-detection-male.mp4")) as c:
+        for i, frame in enumerate(c.decode(video=0)):
+            if i >= n:
+                break
+            img = frame.to_ndarray(format="bgr24")
+            h, w = img.shape[:2]
+            crop = img[h // 4:h // 4 + 120, w // 2 - 50 + i:w // 2 + 50 + i]
+            mask = np.zeros(crop.shape[:2], np.uint8)
+            cv2.ellipse(mask, (50, 60), (45, 58), 0, 0, 360, 255, -1)
+            bgra = np.zeros(crop.shape[:2] + (4,), np.uint8)
+            bgra[mask > 0, :3] = crop[mask > 0]
+            bgra[..., 3] = mask
+            crops.append(bgra)
+    return crops
+
+
+@pytest.mark.parametrize("quality,min_db", [("high", 44.0), ("small", 38.0)])
+def test_lossy_crops_psnr_and_exact_masks(tmp_path, media, quality, min_db):
+    master = generate_master_key(tmp_path / "m")
+    path = tmp_path / "v.sdv"
+    crops = _real_face_crops(media)
+    with VaultWriter(path, {"video_id": new_video_id()}, master, quality=quality) as vw:
+        for i, c in enumerate(crops):
+            vw.append(3, i, i, np.eye(2, 3), 64, c)
+    recs = list(VaultReader(path).records(master))
+    assert len(recs) == len(crops)
+    se = n = 0
+    for r, c in zip(recs, crops):
+        own = c[..., 3] > 0
+        assert np.array_equal(r.crop[..., 3] > 0, own)  # ownership exact
+        assert not r.crop[~own].any()  # nothing outside it
+        d = r.crop[own, :3].astype(float) - c[own, :3]
+        se, n = se + (d ** 2).sum(), n + d.size
+    psnr = 10 * np.log10(255 ** 2 / (se / n))
+    assert psnr >= min_db
+    raw = sum(c.nbytes for c in crops)
+    assert os.path.getsize(path) < raw / 10  # a video, not stored pixels
+
+
+def test_format_1_vault_still_reads():
+    """tests/data/vault_v1.sdv was written by the format-1 writer (PNG per face) with the master key
+    bytes(range(32)): 2 tracks x 3 frames of seeded random BGRA crops."""
+    from pathlib import Path
+
+    from streamdeid.keys.keyfile import MasterKey
+
+    path = Path(__file__).parent / "data" / "vault_v1.sdv"
+    r = VaultReader(path)
+    assert r.version == 1 and r.inspect()["complete"] is True
+    recs = list(r.records(MasterKey(bytes(range(32)))))
+    rng = np.random.default_rng(11)
+    expect = []
+    for f in range(3):
+        for t in (1, 2):
+            c = rng.integers(0, 256, (6 + t, 5 + f, 4), dtype=np.uint8)
+            c[..., 3] = np.where(c[..., 3] > 80, 255, 0)
+            c[c[..., 3] == 0] = 0
+            expect.append((t, f, c))
+    assert [(x.track_id, x.frame_index) for x in recs] == [(t, f) for t, f, _ in expect]
+    for x, (t, f, c) in zip(recs, expect):
+        assert np.array_equal(x.crop, c) and x.pts == 100 * f
+        assert np.array_equal(x.mask_params, [t, f, 0.0])
+    with pytest.raises(StreamdeidError, match="wrong key"):
+        list(r.records(MasterKey(bytes(32))))

@@ -11,6 +11,7 @@ Tree (``PREFIX = b"streamdeid/v1/"``)::
      |- key_check       = HKDF(master, salt=video_id, info=PREFIX + b"key-check")[:16]
      |- header_mac_key  = HKDF(master, salt=video_id, info=PREFIX + b"header-mac")
      |- end_key         = HKDF(master, salt=video_id, info=PREFIX + b"vault-end")
+     |- fingerprint_key = HKDF(master, info=PREFIX + b"source-fingerprint")  HMAC key of a vault's source fingerprint
      '- key_id          = HKDF(master, info=PREFIX + b"key-id")[:8]  (a printable name, not a secret)
 
 Every function takes the master as a :class:`~streamdeid.keys.MasterKey` or as
@@ -146,6 +147,12 @@ def header_mac_key(master, video_id: bytes) -> bytes:
 def end_key(master, video_id: bytes) -> bytes:
     """AES-256-GCM key of a vault's final "end" record."""
     return _hkdf(_as_master(master), salt=check_video_id(video_id), info=PREFIX + b"vault-end")
+
+
+def fingerprint_key(master) -> bytes:
+    """HMAC-SHA256 key of the source fingerprint in a vault's clear header: without the master key,
+    holding a candidate original does not confirm that the vault was made from it."""
+    return _hkdf(_as_master(master), info=PREFIX + b"source-fingerprint")
 
 
 def key_id(master) -> str:

@@ -2,7 +2,7 @@
 
 Header::
 
-    "SDVAULT" (7) | version u8 (=1) | json_len u32 | JSON metadata (UTF-8) | HMAC-SHA256 (32)
+    "SDVAULT" (7) | version u8 (2; 1 is still read) | json_len u32 | JSON metadata (UTF-8) | HMAC-SHA256 (32)
 
 The HMAC key is ``header_mac_key(master, video_id)``; ``header_digest`` =
 SHA-256 of everything before the HMAC and is bound into every record's AAD.
@@ -12,19 +12,36 @@ Records, appended one after another::
     length u32 (bytes after this field) | type u8 | track_id u32 | frame_index u64 | body
 
     TRACK     (1) body = check (16, clear) | nonce (12) | GCM(vault_key, b"")       first record of a track
-    FRAME     (2) body = nonce (12) | GCM(vault_key, frame payload)
-    TRACK_END (3) body = nonce (12) | GCM(vault_key, u64 number of FRAME records of this track)
+    FRAME     (2) body = nonce (12) | GCM(vault_key, frame payload)                 version 1 only
+    CHUNK     (5) body = last_frame u64 | n_faces u32 | group u64 (clear) | nonce (12)  version 2 only
+                         | GCM(vault_key, chunk payload)
+                  frame_index = the chunk's first frame; the clear fields are in the AAD
+    TRACK_END (3) body = nonce (12) | GCM(vault_key, u64 number of FRAME/CHUNK records of this track)
     END       (4) body = nonce (12) | GCM(end_key, u64 records before END | u32 track count)
                   track_id = 0, frame_index = largest frame index in the vault
 
-    AAD = header_digest | seq u64 | type u8 | track_id u32 | frame_index u64 [| check, TRACK only]
+    AAD = header_digest | seq u64 | type u8 | track_id u32 | frame_index u64 [| check or CHUNK clear fields]
 
 ``seq`` is the record's position (0, 1, 2, ...), not stored. ``vault_key`` is
 ``vault_key(track_key(master, video_id, track_id))``; ``check`` is
-``track_key_check(track_key)``. Every track's records are TRACK, FRAME*,
-TRACK_END; END is last and nothing may follow it.
+``track_key_check(track_key)``. Every track's records are TRACK, FRAME* (or
+CHUNK*), TRACK_END; END is last and nothing may follow it. Version 2 writers
+flush every track's pending chunk at the same frame, so the chunks in the file
+come in groups whose frame ranges do not overlap the next group's; ``group``
+(the group's first frame) names the group, and a reader merges one group at a
+time into frame order.
 
-Frame payload (plaintext)::
+Chunk payload (plaintext, version 2)::
+
+    codec u8 (crops.CODECS, 0: geometry only) | canvas_w u16 | canvas_h u16 | side_len u32
+    | side data (raw LZMA2) | n_packets u32 | (len u32 | H.264 packet)*
+
+    side data = per face, in frame order: GEO | mask n_mask x f64
+                then, for the faces with an alpha mask: crops.pack_masks runs (u32)
+    GEO = frame_index u64 | flags u8 (1: pts, 2: crop, 4: alpha) | pts i64 | inverse 6 x f64
+          | crop_w u32 | crop_h u32 | n_mask u16 | pixels_h u16 | pixels_w u16
+
+Frame payload (plaintext, version 1)::
 
     flags u8 (1: pts present, 2: crop present) | pts i64 | inverse 6 x f64 (row-major [2, 3])
     | crop_w u32 | crop_h u32 | n_mask u16 | mask n_mask x f64 | PNG bytes of the crop (rest)
@@ -38,7 +55,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 MAGIC = b"SDVAULT"
-VERSION = 1
+VERSION = 2
+READABLE_VERSIONS = (1, 2)
 ALGORITHMS = "HKDF-SHA256/AES-256-GCM/HMAC-SHA256"
 NONCE_LEN = 12
 TAG_LEN = 16
@@ -51,8 +69,9 @@ LEN = struct.Struct("<I")
 REC = struct.Struct("<BIQ")  # type, track_id, frame_index
 AAD = struct.Struct("<QBIQ")  # seq, type, track_id, frame_index
 
-TRACK, FRAME, TRACK_END, END = 1, 2, 3, 4
-TYPE_NAMES = {TRACK: "track", FRAME: "frame", TRACK_END: "track-end", END: "end"}
+TRACK, FRAME, TRACK_END, END, CHUNK = 1, 2, 3, 4, 5
+TYPE_NAMES = {TRACK: "track", FRAME: "frame", TRACK_END: "track-end", END: "end", CHUNK: "chunk"}
+DATA_TYPE = {1: FRAME, 2: CHUNK}  # the face-data record type of each version
 CHECK_LEN = 16
 # exact body sizes of the fixed-size record types
 BODY_LEN = {
@@ -61,6 +80,11 @@ BODY_LEN = {
     END: NONCE_LEN + 12 + TAG_LEN,
 }
 MIN_FRAME_BODY = NONCE_LEN + TAG_LEN
+CHUNK_CLEAR = struct.Struct("<QIQ")  # last_frame, n_faces, group (first frame of the chunk's group)
+MIN_CHUNK_BODY = CHUNK_CLEAR.size + NONCE_LEN + TAG_LEN
+CHUNK_HEAD = struct.Struct("<BHHI")  # codec, canvas_w, canvas_h, side_len
+GEO = struct.Struct("<QBq6dIIHHH")
+FLAG_ALPHA = 4
 
 PAYLOAD = struct.Struct("<Bq6dIIH")
 FLAG_PTS, FLAG_CROP = 1, 2

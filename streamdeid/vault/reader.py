@@ -33,6 +33,7 @@ from streamdeid.keys import derive
 from streamdeid.keys.keyfile import KeyFile, MasterKey, TrackKey
 from streamdeid.types import StreamdeidError
 
+from . import chunk
 from . import format as fmt
 
 
@@ -40,7 +41,7 @@ from . import format as fmt
 class VaultRecord:
     """One decrypted face record."""
 
-    seq: int  # position of the record in the vault
+    seq: int  # position of the record in the vault (format 2: of the chunk holding this face)
     track_id: int
     frame_index: int
     pts: int | None
@@ -73,6 +74,15 @@ class _Raw:
     frame_index: int
     body_len: int
     body: bytes | None
+    clear: bytes = b""  # CHUNK: the clear fields (last frame, face count), also the start of ``body``
+
+    def chunk_range(self) -> tuple[int, int]:
+        """CHUNK: (last frame, number of faces)."""
+        return fmt.CHUNK_CLEAR.unpack(self.clear)[:2]
+
+    def group(self) -> int:
+        """CHUNK: first frame of the group the chunk was written with."""
+        return fmt.CHUNK_CLEAR.unpack(self.clear)[2]
 
 
 @dataclass
@@ -82,6 +92,11 @@ class _Problem:
     message: str
     partial_bytes: int = 0
     last_frame: int | None = None
+
+
+def _frame_order(records: list[VaultRecord]) -> list[VaultRecord]:
+    """One group's records by frame, then by position in the file (stable sort)."""
+    return sorted(records, key=lambda rec: rec.frame_index)
 
 
 def _coerce_key(key) -> KeyFile:
@@ -104,10 +119,10 @@ class VaultReader:
                 if len(fixed) < fmt.HEADER_FIXED.size or fixed[:7] != fmt.MAGIC:
                     raise StreamdeidError(f"not a streamdeid vault: {self.path}")
                 _, version, json_len = fmt.HEADER_FIXED.unpack(fixed)
-                if version != fmt.VERSION:
+                if version not in fmt.READABLE_VERSIONS:
                     raise StreamdeidError(
-                        f"unsupported vault format version {version} in {self.path} "
-                        f"(this streamdeid reads version {fmt.VERSION})"
+                        f"unsupported vault format version {version} in {self.path} (this streamdeid reads "
+                        f"versions {', '.join(map(str, fmt.READABLE_VERSIONS))}; a newer streamdeid wrote it?)"
                     )
                 if json_len > fmt.MAX_JSON:
                     raise StreamdeidError(f"vault header is corrupt: {self.path}")
@@ -165,13 +180,14 @@ class VaultReader:
 
     def _walk(self, f, size: int, want_body) -> Iterator[_Raw | _Problem]:
         pos, seq = self._data_start, 0
+        data_type = fmt.DATA_TYPE[self.version]
         open_tracks: set[int] = set()
         ended: set[int] = set()
         last_frame: int | None = None
 
         def where(rtype=None, tid=None, fi=None) -> str:
             s = f"vault record {seq}"
-            if rtype in (fmt.TRACK, fmt.FRAME, fmt.TRACK_END):
+            if rtype in (fmt.TRACK, fmt.FRAME, fmt.CHUNK, fmt.TRACK_END):
                 s += f" (track {tid}, frame {fi})"
             return s
 
@@ -205,17 +221,18 @@ class VaultReader:
             if remaining < fmt.LEN.size + length:
                 yield truncated(remaining)
                 return
-            if rtype not in fmt.TYPE_NAMES:
+            if rtype not in fmt.TYPE_NAMES or rtype in (fmt.FRAME, fmt.CHUNK) and rtype != data_type:
                 yield _Problem("corrupt", seq, f"{where()} has an unknown type: the vault is damaged or tampered")
                 return
             expected = fmt.BODY_LEN.get(rtype)
-            if (expected is not None and body_len != expected) or (rtype == fmt.FRAME and body_len < fmt.MIN_FRAME_BODY):
+            if ((expected is not None and body_len != expected) or (rtype == fmt.FRAME and body_len < fmt.MIN_FRAME_BODY)
+                    or (rtype == fmt.CHUNK and body_len < fmt.MIN_CHUNK_BODY)):
                 yield _Problem("corrupt", seq, f"{where(rtype, tid, fi)} is corrupt (bad size): "
                                "the vault is damaged or tampered")
                 return
             bad_order = (
                 (rtype == fmt.TRACK and (tid in open_tracks or tid in ended))
-                or (rtype in (fmt.FRAME, fmt.TRACK_END) and tid not in open_tracks)
+                or (rtype in (fmt.FRAME, fmt.CHUNK, fmt.TRACK_END) and tid not in open_tracks)
                 or (rtype == fmt.END and (open_tracks or tid != 0))
             )
             if bad_order:
@@ -227,18 +244,29 @@ class VaultReader:
                 if len(body) != body_len:
                     yield truncated(fmt.LEN.size + fmt.REC.size + len(body))
                     return
+            elif rtype == fmt.CHUNK:
+                body = None
+                clear = f.read(fmt.CHUNK_CLEAR.size)
+                f.seek(body_len - fmt.CHUNK_CLEAR.size, os.SEEK_CUR)
             else:
                 body = None
                 f.seek(body_len, os.SEEK_CUR)
-            yield _Raw(seq, pos, rtype, tid, fi, body_len, body)
+            clear = (body[:fmt.CHUNK_CLEAR.size] if body is not None else clear) if rtype == fmt.CHUNK else b""
+            raw = _Raw(seq, pos, rtype, tid, fi, body_len, body, clear)
+            if rtype == fmt.CHUNK and not raw.group() <= fi <= raw.chunk_range()[0]:
+                yield _Problem("corrupt", seq, f"{where(rtype, tid, fi)} is corrupt (bad frame range): "
+                               "the vault is damaged or tampered")
+                return
+            yield raw
             pos += fmt.LEN.size + length
             if rtype == fmt.TRACK:
                 open_tracks.add(tid)
             elif rtype == fmt.TRACK_END:
                 open_tracks.discard(tid)
                 ended.add(tid)
-            elif rtype == fmt.FRAME:
-                last_frame = fi if last_frame is None else max(last_frame, fi)
+            elif rtype in (fmt.FRAME, fmt.CHUNK):
+                end = raw.chunk_range()[0] if rtype == fmt.CHUNK else fi
+                last_frame = end if last_frame is None else max(last_frame, end)
             seq += 1
             if rtype == fmt.END:
                 if pos != size:
@@ -260,21 +288,26 @@ class VaultReader:
                 problem = item
                 break
             n_records += 1
-            if item.rtype == fmt.FRAME:
-                n_frames += 1
+            if item.rtype in (fmt.FRAME, fmt.CHUNK):
+                end, n = item.chunk_range() if item.rtype == fmt.CHUNK else (item.frame_index, 1)
+                n_frames += n
                 payload += item.body_len
                 t = tracks.setdefault(item.track_id, {"frames": 0, "first_frame": item.frame_index,
-                                                      "last_frame": item.frame_index})
-                t["frames"] += 1
+                                                      "last_frame": end})
+                t["frames"] += n
                 t["first_frame"] = min(t["first_frame"], item.frame_index)
-                t["last_frame"] = max(t["last_frame"], item.frame_index)
+                t["last_frame"] = max(t["last_frame"], end)
                 first = item.frame_index if first is None else min(first, item.frame_index)
-                last = item.frame_index if last is None else max(last, item.frame_index)
+                last = end if last is None else max(last, end)
             elif item.rtype == fmt.TRACK:
                 tracks.setdefault(item.track_id, {"frames": 0, "first_frame": item.frame_index,
                                                   "last_frame": item.frame_index})
             elif item.rtype == fmt.END:
                 complete = True
+        fps = self.header.get("fps")
+        per_second = None
+        if isinstance(fps, (int, float)) and fps > 0 and n_frames:
+            per_second = round(payload / (n_frames / fps))
         return {
             "path": self.path,
             "file_size": os.path.getsize(self.path),
@@ -284,6 +317,8 @@ class VaultReader:
             "record_count": n_records,
             "frame_records": n_frames,
             "encrypted_payload_bytes": payload,
+            "bytes_per_face_frame": round(payload / n_frames) if n_frames else None,
+            "bytes_per_face_second": per_second,
             "frame_range": None if first is None else [first, last],
             "track_ids": sorted(tracks),
             "tracks": {tid: tracks[tid] for tid in sorted(tracks)},
@@ -358,9 +393,27 @@ class VaultReader:
         return self._decrypt(key, selected, strict)
 
     def _decrypt(self, key: KeyFile, selected: set[int] | None, strict: bool) -> Iterator[VaultRecord]:
+        """Records in frame order: format 2 chunks of one group are merged (see format.py)."""
+        group: list[VaultRecord] = []
+        try:
+            for rec in self._decrypt_records(key, selected, strict):
+                if rec is None:  # a chunk of a new group begins
+                    yield from _frame_order(group)
+                    group = []
+                elif self.version == 1:
+                    yield rec
+                else:
+                    group.append(rec)
+        except StreamdeidError:
+            yield from _frame_order(group)  # every record before the damaged one, then the error
+            raise
+        yield from _frame_order(group)
+
+    def _decrypt_records(self, key: KeyFile, selected: set[int] | None, strict: bool) -> Iterator[VaultRecord | None]:
         is_master = isinstance(key, MasterKey)
-        state: dict[int, list] = {}  # track_id -> [AESGCM, frame records seen]
+        state: dict[int, list] = {}  # track_id -> [AESGCM, frame/chunk records seen]
         all_tracks: set[int] = set()  # every track in the vault, for the END record's count
+        group, group_end = None, 0  # the group of the chunks merged so far, and its frame end
 
         def want(rtype, tid):
             return rtype == fmt.END or selected is None or tid in selected
@@ -404,9 +457,21 @@ class VaultReader:
                 if int.from_bytes(body, "little") != st[1]:
                     raise StreamdeidError(f"{where}: frame records are missing: the vault is tampered")
                 continue
-            plain = self._open(st[0], r, r.body, tampered)
+            if r.rtype == fmt.FRAME:
+                plain = self._open(st[0], r, r.body, tampered)
+                st[1] += 1
+                yield self._to_record(r, plain, where)
+                continue
+            clear, body = r.body[:fmt.CHUNK_CLEAR.size], r.body[fmt.CHUNK_CLEAR.size:]
+            plain = self._open(st[0], r, body, tampered, extra=clear)
             st[1] += 1
-            yield self._to_record(r, plain, where)
+            if r.group() != group:
+                if group is not None and r.group() < group_end:
+                    raise StreamdeidError(f"{where} goes back into an earlier group: the vault is tampered")
+                group, group_end = r.group(), r.chunk_range()[0] + 1
+                yield None
+            group_end = max(group_end, r.chunk_range()[0] + 1)
+            yield from self._chunk_records(r, plain, where)
 
     def _open(self, aes: AESGCM, r: _Raw, body: bytes, tampered: str, extra: bytes = b"") -> bytes:
         nonce, ct = body[: fmt.NONCE_LEN], body[fmt.NONCE_LEN :]
@@ -426,6 +491,18 @@ class VaultReader:
             if crop is None or crop.dtype != np.uint8 or crop.ndim != 3 or crop.shape[2] not in (3, 4):
                 raise StreamdeidError(f"{where} holds an unreadable crop image")
         return VaultRecord(r.seq, r.track_id, r.frame_index, p.pts, p.inverse, p.crop_size, p.mask_params, crop)
+
+    def _chunk_records(self, r: _Raw, plain: bytes, where: str) -> list[VaultRecord]:
+        last, n = r.chunk_range()
+        try:
+            faces = chunk.unpack(plain, n)
+        except (ValueError, struct.error):
+            raise StreamdeidError(f"{where} has a malformed payload") from None
+        frames = [f.frame_index for f in faces]
+        if frames != sorted(frames) or frames[0] != r.frame_index or frames[-1] != last:
+            raise StreamdeidError(f"{where} does not match its frame range: the vault is tampered")
+        return [VaultRecord(r.seq, r.track_id, f.frame_index, f.pts, f.inverse, f.crop_size, f.mask_params, f.crop)
+                for f in faces]
 
     def __enter__(self) -> "VaultReader":
         return self

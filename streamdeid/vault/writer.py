@@ -1,4 +1,4 @@
-"""Append-only, crash-safe vault writer."""
+"""Append-only, crash-safe vault writer (format 2: a crop video per track and second)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,12 @@ import hashlib
 import hmac
 import json
 import os
-import time
 from datetime import datetime, timezone
 
-import cv2
+import logging
+import queue
+import threading
+
 import numpy as np
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
@@ -17,10 +19,18 @@ from streamdeid.keys import derive
 from streamdeid.keys.keyfile import MasterKey, TrackKey
 from streamdeid.types import StreamdeidError
 
+from . import chunk, crops
 from . import format as fmt
 
+log = logging.getLogger(__name__)
+
+# A group is flushed early once its crops hold this many raw bytes, so one
+# encoded chunk stays far below format.MAX_RECORD even for 4K faces.
+MAX_PENDING_BYTES = 32 << 20
+
 # header fields the writer fills in itself (a caller's values are replaced)
-RESERVED = ("format", "version", "video_id", "algorithms", "crop_codec", "created", "key_check", "store_crops")
+RESERVED = ("format", "version", "video_id", "algorithms", "crop_codec", "created", "key_check", "store_crops",
+            "chunk_frames")
 
 
 def _master_bytes(master_key) -> bytes:
@@ -40,15 +50,21 @@ def _video_id(value) -> bytes:
     return derive.check_video_id(value)
 
 
-def source_fingerprint(path, head_bytes: int = 1 << 20) -> str:
-    """``"sha256-head:<hex of SHA-256 of the first MiB>:<size in bytes>"`` of an input file."""
+def source_fingerprint(path, master_key, head_bytes: int = 1 << 20) -> str:
+    """``"hmac-sha256-head:<hex>"``: HMAC (key from the master) of an input file's size and first MiB.
+
+    Keyed, so only the key's holder can tell whether a file is this vault's
+    source (a plain hash would let anyone holding a candidate original confirm it).
+    """
     try:
         size = os.path.getsize(path)
         with open(path, "rb") as f:
             head = f.read(head_bytes)
     except OSError as e:
         raise StreamdeidError(f"cannot read {path}: {e.strerror}") from None
-    return f"sha256-head:{hashlib.sha256(head).hexdigest()}:{size}"
+    mac = hmac.new(derive.fingerprint_key(_master_bytes(master_key)), size.to_bytes(8, "little") + head,
+                   hashlib.sha256)
+    return f"hmac-sha256-head:{mac.hexdigest()}"
 
 
 class VaultWriter:
@@ -57,8 +73,14 @@ class VaultWriter:
     ``header_meta`` must contain ``video_id`` (16 bytes or 32 hex digits, the
     id the track keys were derived with); any other JSON-serialisable items
     (e.g. ``source_fingerprint``, ``output``, ``pipeline``) are stored as-is in
-    the clear header. Records are flushed and fsync'ed every ``sync_every``
-    records or ``sync_seconds`` seconds, so a crash loses at most that much.
+    the clear header.
+
+    Faces are buffered per track and written as one CHUNK record per track
+    every ``chunk_frames`` frames (all tracks at the same frame, then fsync'ed),
+    so a crash loses at most the group in memory (about a second of video, and
+    the vault never runs ahead of the video). Frame indices must not go back
+    into a group already written. ``quality`` picks the crop codec
+    (:data:`streamdeid.vault.crops.QUALITIES`: high, small, lossless).
     ``close()`` (or leaving a ``with`` block normally) writes the end records;
     leaving a ``with`` block by an exception calls ``abort()``, which syncs what
     was written but leaves the vault marked incomplete (readers report it as
@@ -73,9 +95,8 @@ class VaultWriter:
         *,
         store_crops: bool = True,
         overwrite: bool = False,
-        sync_every: int = 64,
-        sync_seconds: float = 1.0,
-        png_compression: int = 1,
+        quality: str = "high",
+        chunk_frames: int = 25,
     ) -> None:
         self.path = os.fspath(path)
         master = _master_bytes(master_key)
@@ -83,11 +104,15 @@ class VaultWriter:
             raise ValueError("header_meta needs a 'video_id'")
         self.video_id = _video_id(header_meta["video_id"])
         self.store_crops = bool(store_crops)
-        self._sync_every = max(1, int(sync_every))
-        self._sync_seconds = float(sync_seconds)
-        self._png_params = [cv2.IMWRITE_PNG_COMPRESSION, int(png_compression)]
+        self.codec = crops.codec_for(quality) if self.store_crops else None
+        self.chunk_frames = max(1, int(chunk_frames))
         self._master = master
-        self._tracks: dict[int, list] = {}  # track_id -> [AESGCM, frame record count]
+        self._tracks: dict[int, list] = {}  # track_id -> [AESGCM, CHUNK record count]
+        self._pending: dict[int, list[chunk.ChunkFace]] = {}  # track_id -> faces of the open group
+        self._pending_bytes = 0
+        self._group_start = 0  # first frame of the open group; earlier frames are written
+        self._group_end = self.chunk_frames
+        self._frame = -1  # frame index of the last append/advance
         self._seq = 0
         self._max_frame = 0
         self._closed = False
@@ -98,7 +123,8 @@ class VaultWriter:
             version=fmt.VERSION,
             video_id=self.video_id.hex(),
             algorithms=fmt.ALGORITHMS,
-            crop_codec="png" if self.store_crops else None,
+            crop_codec=crops.codec_name(self.codec) if self.codec else None,
+            chunk_frames=self.chunk_frames,
             created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
             key_check=derive.key_check(master, self.video_id).hex(),
             store_crops=self.store_crops,
@@ -126,6 +152,12 @@ class VaultWriter:
         self._io(self._f.write, head + mac)
         self._sync()
         self._sync_dir()
+        # Groups are encoded and written by one thread, in order; at most two wait (back-pressure).
+        self._queue: queue.Queue = queue.Queue(maxsize=2)
+        self._error: BaseException | None = None
+        self._failed = False  # a write failed: no end records will be written
+        self._worker = threading.Thread(target=self._drain, name="vault-writer", daemon=True)
+        self._worker.start()
 
     # ------------------------------------------------------------------ helpers
 
@@ -138,8 +170,6 @@ class VaultWriter:
     def _sync(self) -> None:
         self._io(self._f.flush)
         self._io(os.fsync, self._f.fileno())
-        self._unsynced = 0
-        self._last_sync = time.monotonic()
 
     def _sync_dir(self) -> None:
         try:
@@ -163,14 +193,12 @@ class VaultWriter:
             raise StreamdeidError(f"vault record too large ({len(rest)} bytes)")
         self._io(self._f.write, fmt.LEN.pack(len(rest)) + rest)
         self._seq += 1
-        self._unsynced += 1
-        if self._unsynced >= self._sync_every or time.monotonic() - self._last_sync >= self._sync_seconds:
-            self._sync()
         return seq
 
     def _check_open(self) -> None:
         if self._closed:
             raise ValueError("vault writer is closed")
+        self._raise_worker_error()
 
     # ------------------------------------------------------------------ API
 
@@ -188,14 +216,16 @@ class VaultWriter:
         crop_bgr: np.ndarray | None = None,
         mask_params=(),
     ) -> int:
-        """Store one face of one frame; returns the record's sequence number.
+        """Buffer one face of one frame for the open group.
 
         ``inverse_matrix``: [2, 3] crop -> frame affine (float64, stored exactly).
         ``crop_size``: int S or (width, height) of the aligned crop.
         ``crop_bgr``: the original pixels to restore, uint8 [H, W, 3], or BGRA
-        [H, W, 4] whose alpha says which pixels to restore (stored as
-        PNG, bit-exact); ignored when the vault was opened with store_crops=False.
+        [H, W, 4] whose alpha says which pixels to restore (the mask is stored
+        exactly, the pixels by the vault's crop codec); ignored when the vault
+        was opened with store_crops=False.
         ``mask_params``: any float64 values the blender needs to rebuild its mask.
+        Returns the number of faces buffered in the open group.
         """
         self._check_open()
         tid = derive.check_track_id(track_id)
@@ -220,37 +250,108 @@ class VaultWriter:
             pts = int(pts)
             if not -(2**63) <= pts < 2**63:
                 raise ValueError(f"pts out of range: {pts}")
-        png = None
+        crop = None
         if self.store_crops and crop_bgr is not None:
             crop = np.asarray(crop_bgr)
             if crop.dtype != np.uint8 or crop.ndim != 3 or crop.shape[2] not in (3, 4) or crop.size == 0:
                 raise ValueError(f"crop_bgr must be uint8 [H, W, 3] or BGRA [H, W, 4], got {crop.dtype} {crop.shape}")
-            ok, buf = cv2.imencode(".png", np.ascontiguousarray(crop), self._png_params)
-            if not ok:
-                raise StreamdeidError("could not PNG-encode a face crop")
-            png = buf.tobytes()
+            if max(crop.shape[:2]) >= 2**15:
+                raise ValueError(f"crop_bgr is too large: {crop.shape}")
+            crop = crop.copy()  # the caller's frame buffer is reused
+        self.advance(fi)
+        self._pending.setdefault(tid, []).append(chunk.ChunkFace(fi, pts, inv.copy(), cs, mask, crop))
+        self._pending_bytes += 0 if crop is None else crop.nbytes
+        return sum(len(v) for v in self._pending.values())
 
-        state = self._tracks.get(tid)
-        if state is None:
-            tk = derive.track_key(self._master, self.video_id, tid)
-            state = self._tracks[tid] = [AESGCM(derive.vault_key(tk)), 0]
-            self._write_record(fmt.TRACK, tid, fi, state[0], b"", clear=derive.track_key_check(tk))
-        payload = fmt.pack_payload(pts, inv, cs, mask, png)
-        seq = self._write_record(fmt.FRAME, tid, fi, state[0], payload)
-        state[1] += 1
-        self._max_frame = max(self._max_frame, fi)
-        return seq
-
-    def flush(self) -> None:
-        """Flush and fsync now."""
+    def advance(self, frame_index: int) -> None:
+        """Say that frame ``frame_index`` has begun (call it on every frame, faces or not):
+        the open group is written once the frame leaves it."""
         self._check_open()
+        fi = int(frame_index)
+        if fi < self._group_start:
+            raise ValueError(f"frame {fi} is in a group already written (frames must not go back)")
+        if fi == self._frame:
+            return
+        if fi >= self._group_end or self._pending_bytes >= MAX_PENDING_BYTES:
+            self._write_group()
+            self._group_start = fi
+            self._group_end = fi - fi % self.chunk_frames + self.chunk_frames
+        self._frame = fi
+
+    def _write_group(self) -> None:
+        """Hand the open group to the writer thread (it blocks while two groups wait)."""
+        self._raise_worker_error()
+        if self._pending:
+            self._queue.put((self._group_start, self._pending))
+            self._pending = {}
+            self._pending_bytes = 0
+
+    def _drain(self) -> None:
+        """Writer thread: encode, encrypt and write groups in order. PyAV releases the GIL while
+        x264 encodes, so this overlaps with the pipeline instead of adding to it."""
+        while True:
+            item = self._queue.get()
+            try:
+                if item is None:
+                    return
+                if not self._failed:
+                    self._write_chunks(*item)
+            except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
+                self._failed = True  # later groups are dropped: a vault never has a hole in the middle
+                self._error = e
+            finally:
+                self._queue.task_done()
+
+    def _write_chunks(self, group: int, pending: dict[int, list[chunk.ChunkFace]]) -> None:
+        """One CHUNK record per track of a group, then fsync."""
+        for tid in sorted(pending):
+            faces = pending[tid]
+            state = self._tracks.get(tid)
+            if state is None:
+                tk = derive.track_key(self._master, self.video_id, tid)
+                state = self._tracks[tid] = [AESGCM(derive.vault_key(tk)), 0]
+                self._write_record(fmt.TRACK, tid, faces[0].frame_index, state[0], b"",
+                                   clear=derive.track_key_check(tk))
+            payload = chunk.pack(faces, self.codec)
+            last = max(f.frame_index for f in faces)
+            clear = fmt.CHUNK_CLEAR.pack(last, len(faces), group)
+            self._write_record(fmt.CHUNK, tid, faces[0].frame_index, state[0], payload, clear=clear)
+            state[1] += 1
+            self._max_frame = max(self._max_frame, last)
         self._sync()
 
+    def _raise_worker_error(self) -> None:
+        if self._error is not None:
+            err, self._error = self._error, None
+            raise err
+
+    def _finish_worker(self) -> None:
+        """Write the open group and wait for the writer thread to end."""
+        try:
+            self._write_group()
+        finally:
+            if self._worker.is_alive():
+                self._queue.put(None)
+                self._worker.join()
+        self._raise_worker_error()
+
+    def flush(self) -> None:
+        """Write the open group now (its frames are then closed to further appends) and fsync."""
+        self._check_open()
+        self._write_group()
+        self._queue.join()
+        self._raise_worker_error()
+        self._group_start = self._frame + 1
+
     def close(self) -> None:
-        """Write one track-end record per track and the end record, then sync and close."""
+        """Write the open group, one track-end record per track and the end record, then sync and close.
+        After a write error the vault is left without end records (it reads as truncated)."""
         if self._closed:
             return
         try:
+            self._finish_worker()
+            if self._failed:
+                return
             for tid in sorted(self._tracks):
                 aes, n = self._tracks[tid]
                 self._write_record(fmt.TRACK_END, tid, self._max_frame, aes, n.to_bytes(8, "little"))
@@ -263,11 +364,16 @@ class VaultWriter:
             self._f.close()
 
     def abort(self) -> None:
-        """Sync and close without end records: the vault reads as truncated."""
+        """Write what is buffered (best effort) and close without end records: the vault reads as truncated."""
         if self._closed:
             return
         try:
-            self._sync()
+            try:
+                self._finish_worker()
+            except Exception as e:  # abort runs while another error unwinds: keep that one
+                log.warning("vault %s: the last group could not be written: %s", self.path, e)
+            if not self._failed:
+                self._sync()
         finally:
             self._closed = True
             self._f.close()

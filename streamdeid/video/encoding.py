@@ -109,6 +109,11 @@ def default_pix_fmt(config: OutputConfig) -> str:
     return "yuv420p"
 
 
+def is_lossless(config: OutputConfig) -> bool:
+    """Does this output keep every pixel (so the vault must too, for bit-exact recovery)?"""
+    return config.codec == "ffv1" or (config.crf == 0 and (config.codec in X264_LIKE or config.codec == "libvpx-vp9"))
+
+
 def _encoder_pix_fmts(codec: str) -> list[str]:
     try:
         enc = av.Codec(codec, "w")

@@ -1,0 +1,126 @@
+"""Chunk payloads of vault format 2: one track's faces over about a second.
+
+The byte layout is in :mod:`streamdeid.vault.format`; the crop video in
+:mod:`streamdeid.vault.crops`. ``pack`` and ``unpack`` are pure (no keys):
+the writer encrypts what ``pack`` returns, the reader hands ``unpack`` what it
+decrypted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import crops
+from . import format as fmt
+
+
+@dataclass
+class ChunkFace:
+    """One face of one frame, as the writer was given it."""
+
+    frame_index: int
+    pts: int | None
+    inverse: np.ndarray  # [2, 3] float64 crop -> frame
+    crop_size: tuple[int, int]  # (width, height) of the aligned crop
+    mask_params: np.ndarray  # [n] float64
+    crop: np.ndarray | None = field(repr=False)  # uint8 [h, w, 3] BGR or [h, w, 4] BGRA (alpha: owned)
+
+
+def _geo(face: ChunkFace) -> bytes:
+    has_crop = face.crop is not None
+    alpha = has_crop and face.crop.shape[2] == 4
+    flags = (fmt.FLAG_PTS if face.pts is not None else 0) | (fmt.FLAG_CROP if has_crop else 0)
+    flags |= fmt.FLAG_ALPHA if alpha else 0
+    ph, pw = face.crop.shape[:2] if has_crop else (0, 0)
+    head = fmt.GEO.pack(face.frame_index, flags, 0 if face.pts is None else face.pts,
+                        *face.inverse.reshape(6).tolist(), face.crop_size[0], face.crop_size[1],
+                        len(face.mask_params), ph, pw)
+    return head + face.mask_params.astype("<f8").tobytes()
+
+
+def pack(faces: list[ChunkFace], codec: crops.Codec | None) -> bytes:
+    """Plaintext of one CHUNK record (``codec`` None: geometry only)."""
+    with_crop = [f for f in faces if f.crop is not None]
+    masks = [f.crop[..., 3] > 0 for f in with_crop if f.crop.shape[2] == 4]
+    side = b"".join(_geo(f) for f in faces) + crops.pack_masks(masks).tobytes()
+    side = crops.compress(side)
+    if with_crop and codec is not None:
+        owned = [f.crop[..., 3] > 0 if f.crop.shape[2] == 4 else np.ones(f.crop.shape[:2], bool)
+                 for f in with_crop]
+        enc = crops.encode([np.ascontiguousarray(f.crop[..., :3]) for f in with_crop], owned, codec)
+    else:
+        enc = crops.EncodedCrops(crops.NO_CODEC, 0, 0, [])
+    parts = [fmt.CHUNK_HEAD.pack(enc.codec, enc.width, enc.height, len(side)), side,
+             fmt.LEN.pack(len(enc.packets))]
+    for p in enc.packets:
+        parts += [fmt.LEN.pack(len(p)), p]
+    return b"".join(parts)
+
+
+def unpack(data: bytes, n_faces: int) -> list[ChunkFace]:
+    """Inverse of :func:`pack`. ValueError/struct.error on a malformed payload;
+    StreamdeidError when the crop video does not decode."""
+    codec, width, height, side_len = fmt.CHUNK_HEAD.unpack_from(data)
+    off = fmt.CHUNK_HEAD.size
+    side = crops.decompress(data[off:off + side_len])
+    off += side_len
+    faces, shaped, used = _parse_geo(side, n_faces)
+    runs = np.frombuffer(side, dtype="<u4", offset=used) if (len(side) - used) % 4 == 0 else None
+    if runs is None:
+        raise ValueError("malformed chunk masks")
+    alpha_shapes = [shape for _, shape, alpha in shaped if alpha]
+    masks, used_runs = crops.unpack_masks(runs, alpha_shapes)
+    if used_runs != len(runs):
+        raise ValueError("malformed chunk masks")
+    (n_packets,) = fmt.LEN.unpack_from(data, off)
+    off += fmt.LEN.size
+    packets = []
+    for _ in range(n_packets):
+        (n,) = fmt.LEN.unpack_from(data, off)
+        off += fmt.LEN.size
+        if off + n > len(data):
+            raise ValueError("chunk packet runs past the payload")
+        packets.append(data[off:off + n])
+        off += n
+    if off != len(data):
+        raise ValueError("unexpected bytes after the chunk's packets")
+    if not shaped:
+        if codec != crops.NO_CODEC or packets:
+            raise ValueError("chunk has a video but no crops")
+        return faces
+    pixels = crops.decode(crops.EncodedCrops(codec, width, height, packets), [s for _, s, _ in shaped])
+    mask_iter = iter(masks)
+    for (i, _, alpha), bgr in zip(shaped, pixels):
+        faces[i].crop = _with_alpha(bgr, next(mask_iter)) if alpha else bgr
+    return faces
+
+
+def _parse_geo(side: bytes, n_faces: int) -> tuple[list[ChunkFace], list[tuple[int, tuple[int, int], bool]], int]:
+    faces, shaped, off = [], [], 0
+    for _ in range(n_faces):
+        vals = fmt.GEO.unpack_from(side, off)
+        off += fmt.GEO.size
+        fi, flags, pts = vals[0], vals[1], vals[2]
+        inverse = np.array(vals[3:9], dtype=np.float64).reshape(2, 3)
+        crop_w, crop_h, n_mask, ph, pw = vals[9:14]
+        if flags & ~(fmt.FLAG_PTS | fmt.FLAG_CROP | fmt.FLAG_ALPHA) or len(side) < off + 8 * n_mask:
+            raise ValueError("malformed chunk geometry")
+        if flags & fmt.FLAG_CROP and (ph == 0 or pw == 0):
+            raise ValueError("malformed chunk geometry")
+        mask = np.frombuffer(side, dtype="<f8", count=n_mask, offset=off).astype(np.float64)
+        off += 8 * n_mask
+        if flags & fmt.FLAG_CROP:
+            shaped.append((len(faces), (ph, pw), bool(flags & fmt.FLAG_ALPHA)))
+        faces.append(ChunkFace(fi, pts if flags & fmt.FLAG_PTS else None, inverse, (crop_w, crop_h), mask, None))
+    return faces, shaped, off
+
+
+def _with_alpha(bgr: np.ndarray, owned: np.ndarray) -> np.ndarray:
+    """[h, w, 3] + [h, w] bool -> [h, w, 4] BGRA, unowned pixels zeroed (as format 1 returned them)."""
+    bgra = np.zeros(bgr.shape[:2] + (4,), np.uint8)
+    bgra[owned, :3] = bgr[owned]
+    bgra[owned, 3] = 255
+    return bgra
+
