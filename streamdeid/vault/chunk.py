@@ -28,7 +28,23 @@ class ChunkFace:
     crop: np.ndarray | None = field(repr=False)  # uint8 [h, w, 3] BGR or [h, w, 4] BGRA (alpha: owned)
 
 
-def _geo(face: ChunkFace) -> bytes:
+def _owned(face: ChunkFace) -> np.ndarray:
+    crop = face.crop
+    return crop[..., 3] > 0 if crop.shape[2] == 4 else np.ones(crop.shape[:2], bool)
+
+
+def owned_box(owned: np.ndarray) -> tuple[int, int, int, int]:
+    """(x, y, w, h) of the owned pixels' bounding box; (0, 0, 1, 1) when none is owned.
+
+    Only this box goes through the codec: a face's paste region is an ellipse in
+    a rectangle about twice its size, so this halves the pixels to encode."""
+    rows, cols = np.flatnonzero(owned.any(axis=1)), np.flatnonzero(owned.any(axis=0))
+    if len(rows) == 0:
+        return 0, 0, 1, 1
+    return int(cols[0]), int(rows[0]), int(cols[-1] - cols[0] + 1), int(rows[-1] - rows[0] + 1)
+
+
+def _geo(face: ChunkFace, box: tuple[int, int, int, int]) -> bytes:
     has_crop = face.crop is not None
     alpha = has_crop and face.crop.shape[2] == 4
     flags = (fmt.FLAG_PTS if face.pts is not None else 0) | (fmt.FLAG_CROP if has_crop else 0)
@@ -36,20 +52,21 @@ def _geo(face: ChunkFace) -> bytes:
     ph, pw = face.crop.shape[:2] if has_crop else (0, 0)
     head = fmt.GEO.pack(face.frame_index, flags, 0 if face.pts is None else face.pts,
                         *face.inverse.reshape(6).tolist(), face.crop_size[0], face.crop_size[1],
-                        len(face.mask_params), ph, pw)
+                        len(face.mask_params), ph, pw, *box)
     return head + face.mask_params.astype("<f8").tobytes()
 
 
 def pack(faces: list[ChunkFace], codec: crops.Codec | None) -> bytes:
     """Plaintext of one CHUNK record (``codec`` None: geometry only)."""
-    with_crop = [f for f in faces if f.crop is not None]
-    masks = [f.crop[..., 3] > 0 for f in with_crop if f.crop.shape[2] == 4]
-    side = b"".join(_geo(f) for f in faces) + crops.pack_masks(masks).tobytes()
+    owned = {id(f): _owned(f) for f in faces if f.crop is not None}
+    boxes = {k: owned_box(m) for k, m in owned.items()}
+    masks = [owned[id(f)] for f in faces if f.crop is not None and f.crop.shape[2] == 4]
+    side = b"".join(_geo(f, boxes.get(id(f), (0, 0, 0, 0))) for f in faces) + crops.pack_masks(masks).tobytes()
     side = crops.compress(side)
+    with_crop = [f for f in faces if f.crop is not None]
     if with_crop and codec is not None:
-        owned = [f.crop[..., 3] > 0 if f.crop.shape[2] == 4 else np.ones(f.crop.shape[:2], bool)
-                 for f in with_crop]
-        enc = crops.encode([np.ascontiguousarray(f.crop[..., :3]) for f in with_crop], owned, codec)
+        cut = [_cut(f.crop[..., :3], boxes[id(f)]) for f in with_crop]
+        enc = crops.encode(cut, [_cut(owned[id(f)], boxes[id(f)]) for f in with_crop], codec)
     else:
         enc = crops.EncodedCrops(crops.NO_CODEC, 0, 0, [])
     parts = [fmt.CHUNK_HEAD.pack(enc.codec, enc.width, enc.height, len(side)), side,
@@ -70,7 +87,7 @@ def unpack(data: bytes, n_faces: int) -> list[ChunkFace]:
     runs = np.frombuffer(side, dtype="<u4", offset=used) if (len(side) - used) % 4 == 0 else None
     if runs is None:
         raise ValueError("malformed chunk masks")
-    alpha_shapes = [shape for _, shape, alpha in shaped if alpha]
+    alpha_shapes = [shape for _, shape, alpha, _ in shaped if alpha]
     masks, used_runs = crops.unpack_masks(runs, alpha_shapes)
     if used_runs != len(runs):
         raise ValueError("malformed chunk masks")
@@ -90,31 +107,40 @@ def unpack(data: bytes, n_faces: int) -> list[ChunkFace]:
         if codec != crops.NO_CODEC or packets:
             raise ValueError("chunk has a video but no crops")
         return faces
-    pixels = crops.decode(crops.EncodedCrops(codec, width, height, packets), [s for _, s, _ in shaped])
+    pixels = crops.decode(crops.EncodedCrops(codec, width, height, packets), [(b[3], b[2]) for *_, b in shaped])
     mask_iter = iter(masks)
-    for (i, _, alpha), bgr in zip(shaped, pixels):
+    for (i, shape, alpha, (bx, by, bw, bh)), part in zip(shaped, pixels):
+        bgr = np.zeros(shape + (3,), np.uint8)
+        bgr[by:by + bh, bx:bx + bw] = part
         faces[i].crop = _with_alpha(bgr, next(mask_iter)) if alpha else bgr
     return faces
 
 
-def _parse_geo(side: bytes, n_faces: int) -> tuple[list[ChunkFace], list[tuple[int, tuple[int, int], bool]], int]:
+def _parse_geo(side: bytes, n_faces: int) -> tuple[list[ChunkFace], list[tuple], int]:
+    """Faces (crops not filled in yet), [(face index, crop shape, alpha, box)] of those with crops,
+    and the bytes of ``side`` used."""
     faces, shaped, off = [], [], 0
     for _ in range(n_faces):
         vals = fmt.GEO.unpack_from(side, off)
         off += fmt.GEO.size
         fi, flags, pts = vals[0], vals[1], vals[2]
         inverse = np.array(vals[3:9], dtype=np.float64).reshape(2, 3)
-        crop_w, crop_h, n_mask, ph, pw = vals[9:14]
+        crop_w, crop_h, n_mask, ph, pw, bx, by, bw, bh = vals[9:18]
         if flags & ~(fmt.FLAG_PTS | fmt.FLAG_CROP | fmt.FLAG_ALPHA) or len(side) < off + 8 * n_mask:
             raise ValueError("malformed chunk geometry")
-        if flags & fmt.FLAG_CROP and (ph == 0 or pw == 0):
+        if flags & fmt.FLAG_CROP and (ph == 0 or pw == 0 or bw == 0 or bh == 0 or bx + bw > pw or by + bh > ph):
             raise ValueError("malformed chunk geometry")
         mask = np.frombuffer(side, dtype="<f8", count=n_mask, offset=off).astype(np.float64)
         off += 8 * n_mask
         if flags & fmt.FLAG_CROP:
-            shaped.append((len(faces), (ph, pw), bool(flags & fmt.FLAG_ALPHA)))
+            shaped.append((len(faces), (ph, pw), bool(flags & fmt.FLAG_ALPHA), (bx, by, bw, bh)))
         faces.append(ChunkFace(fi, pts if flags & fmt.FLAG_PTS else None, inverse, (crop_w, crop_h), mask, None))
     return faces, shaped, off
+
+
+def _cut(a: np.ndarray, box: tuple[int, int, int, int]) -> np.ndarray:
+    x, y, w, h = box
+    return a[y:y + h, x:x + w]
 
 
 def _with_alpha(bgr: np.ndarray, owned: np.ndarray) -> np.ndarray:

@@ -40,6 +40,9 @@ Chunk payload (plaintext, version 2)::
                 then, for the faces with an alpha mask: crops.pack_masks runs (u32)
     GEO = frame_index u64 | flags u8 (1: pts, 2: crop, 4: alpha) | pts i64 | inverse 6 x f64
           | crop_w u32 | crop_h u32 | n_mask u16 | pixels_h u16 | pixels_w u16
+          | box_x u16 | box_y u16 | box_w u16 | box_h u16
+    (pixels: the stored crop's size; box: the part of it the video holds, the
+    bounding box of its owned pixels; outside it nothing is owned)
 
 Frame payload (plaintext, version 1)::
 
@@ -83,7 +86,7 @@ MIN_FRAME_BODY = NONCE_LEN + TAG_LEN
 CHUNK_CLEAR = struct.Struct("<QIQ")  # last_frame, n_faces, group (first frame of the chunk's group)
 MIN_CHUNK_BODY = CHUNK_CLEAR.size + NONCE_LEN + TAG_LEN
 CHUNK_HEAD = struct.Struct("<BHHI")  # codec, canvas_w, canvas_h, side_len
-GEO = struct.Struct("<QBq6dIIHHH")
+GEO = struct.Struct("<QBq6dIIHHHHHHH")
 FLAG_ALPHA = 4
 
 PAYLOAD = struct.Struct("<Bq6dIIH")
