@@ -43,7 +43,7 @@ def cli(code: Path, *args) -> tuple[float, str]:
     t0 = time.perf_counter()
     quiet = ["--no-progress"] if args[0] in ("run", "recover") else []
     proc = subprocess.run([sys.executable, "-m", "streamdeid.cli", *map(str, args), *quiet],
-                          capture_output=True, text=True, env=env)
+                          capture_output=True, text=True, env=env, cwd=str(code))  # -m puts the cwd first
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         raise SystemExit(f"streamdeid {' '.join(map(str, args))} failed: {proc.stderr.strip()[-400:]}")

@@ -25,6 +25,7 @@ from .recovery import (
     load_recovery_key,
     open_vault_writer,
     pipeline_meta,
+    prefetch,
     read_video_id_tag,
     vault_quality,
     records_by_frame,
@@ -388,7 +389,7 @@ def recover(anonymized: str, dst: str | Path, *, key_file: str, vault: str | Pat
             apply = _ExactRestore()
         else:
             apply = _ModelRestore(generator, key, reader, notes)
-        groups = records_by_frame(reader, key, tracks)
+        groups = prefetch(records_by_frame(reader, key, tracks))
         writer = VideoWriter(dst, source, config.output, metadata=dict(source.metadata))
         ok, frames = False, 0
         try:

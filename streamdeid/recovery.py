@@ -2,8 +2,9 @@
 
 At run time ``VaultRecorder`` stores, per anonymized face, the frame
 rectangle the paste touched, the original pixels there, and which of them
-this face *owns* (alpha channel of a BGRA PNG; pixels outside the face's own
-mask are zeroed, so a track key never reveals a neighbour's face). At recover
+this face *owns* (the alpha channel of a BGRA crop, stored exactly; pixels
+outside the face's own mask are zeroed before they reach the vault's crop
+codec, so a track key never reveals a neighbour's face). At recover
 time ``restore_frame`` copies the owned original pixels back, so with a
 lossless anonymized video the face regions come back bit-identical.
 """
@@ -11,6 +12,8 @@ lossless anonymized video the face regions come back bit-identical.
 from __future__ import annotations
 
 import logging
+import queue
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -219,6 +222,42 @@ def load_recovery_key(key_file: str) -> KeyFile:
     if not path.exists():
         raise StreamdeidError(f"{key_file}: no such key file")
     return load_key(path)
+
+
+def prefetch(items: Iterator, depth: int = 64) -> Iterator:
+    """Run ``items`` in a thread, ``depth`` ahead: decoding the vault's crop videos (PyAV releases
+    the GIL) overlaps with decoding and encoding the video. Its exceptions come out here."""
+    q: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+    done = object()
+
+    def work() -> None:
+        try:
+            for item in items:
+                while not stop.is_set():
+                    try:
+                        q.put((item, None), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            q.put((done, None))
+        except BaseException as e:  # noqa: BLE001 - re-raised in the consumer
+            q.put((done, e))
+
+    thread = threading.Thread(target=work, name="vault-prefetch", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item, err = q.get()
+            if item is done:
+                if err is not None:
+                    raise err
+                return
+            yield item
+    finally:
+        stop.set()
 
 
 def records_by_frame(reader: VaultReader, key: KeyFile, tracks: list[int] | None) -> Iterator[tuple[int, list[VaultRecord]]]:

@@ -1,9 +1,13 @@
 """The vault (``<output>.sdv``): encrypted original face crops and paste geometry.
 
+Format 2 stores each track's crops as a small H.264 video per second
+(:mod:`.crops`, :mod:`.chunk`); format 1 (a PNG per face) is still read.
+
 Writer side (``run``)::
 
-    with VaultWriter(path, {"video_id": vid, "source_fingerprint": fp, "output": name}, master) as vw:
-        vw.append(track_id, frame_index, pts, inverse, crop_size, crop_bgr, mask_params=())
+    with VaultWriter(path, {"video_id": vid, "output": name}, master, quality="high") as vw:
+        vw.advance(frame_index)            # every frame: closes a chunk group on time
+        vw.append(track_id, frame_index, pts, inverse, crop_size, crop_bgra, mask_params=())
 
 Reader side (``recover``/``inspect``)::
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import cv2
 import numpy as np
 
 from . import crops
@@ -109,10 +110,8 @@ def unpack(data: bytes, n_faces: int) -> list[ChunkFace]:
         return faces
     pixels = crops.decode(crops.EncodedCrops(codec, width, height, packets), [(b[3], b[2]) for *_, b in shaped])
     mask_iter = iter(masks)
-    for (i, shape, alpha, (bx, by, bw, bh)), part in zip(shaped, pixels):
-        bgr = np.zeros(shape + (3,), np.uint8)
-        bgr[by:by + bh, bx:bx + bw] = part
-        faces[i].crop = _with_alpha(bgr, next(mask_iter)) if alpha else bgr
+    for (i, shape, alpha, box), part in zip(shaped, pixels):
+        faces[i].crop = _restore(part, shape, box, next(mask_iter) if alpha else None)
     return faces
 
 
@@ -143,10 +142,17 @@ def _cut(a: np.ndarray, box: tuple[int, int, int, int]) -> np.ndarray:
     return a[y:y + h, x:x + w]
 
 
-def _with_alpha(bgr: np.ndarray, owned: np.ndarray) -> np.ndarray:
-    """[h, w, 3] + [h, w] bool -> [h, w, 4] BGRA, unowned pixels zeroed (as format 1 returned them)."""
-    bgra = np.zeros(bgr.shape[:2] + (4,), np.uint8)
-    bgra[owned, :3] = bgr[owned]
-    bgra[owned, 3] = 255
+def _restore(part: np.ndarray, shape: tuple[int, int], box: tuple[int, int, int, int],
+             owned: np.ndarray | None) -> np.ndarray:
+    """The decoded box [bh, bw, 3] back into a crop of ``shape``: BGRA with unowned pixels zeroed
+    (as format 1 returned it) when ``owned`` [h, w] is given, else BGR. Nothing outside the box is owned."""
+    x, y, w, h = box
+    if owned is None:
+        bgr = np.zeros(shape + (3,), np.uint8)
+        bgr[y:y + h, x:x + w] = part
+        return bgr
+    own = owned[y:y + h, x:x + w].view(np.uint8)
+    bgra = np.zeros(shape + (4,), np.uint8)
+    region = bgra[y:y + h, x:x + w]
+    cv2.copyTo(cv2.merge((part, own * np.uint8(255))), own, region)
     return bgra
-

@@ -107,16 +107,15 @@ def _to_frame(canvas: np.ndarray, codec: Codec) -> av.VideoFrame:
     than swscale on small frames); :func:`_from_frame` inverts it the same way."""
     if codec.pix_fmt == "bgr24":
         return av.VideoFrame.from_ndarray(canvas, format="bgr24")
-    ycrcb = cv2.cvtColor(canvas, cv2.COLOR_BGR2YCrCb)
-    planes = np.ascontiguousarray(ycrcb.transpose(2, 0, 1)[[0, 2, 1]])  # Y, Cb, Cr: [3, H, W]
-    return av.VideoFrame.from_ndarray(planes, format="yuv444p")
+    y, cr, cb = cv2.split(cv2.cvtColor(canvas, cv2.COLOR_BGR2YCrCb))
+    return av.VideoFrame.from_ndarray(np.stack((y, cb, cr)), format="yuv444p")  # planes [3, H, W]
 
 
 def _from_frame(frame: av.VideoFrame, codec: Codec) -> np.ndarray:
     if codec.pix_fmt == "bgr24":
         return frame.to_ndarray(format="bgr24")
-    planes = frame.to_ndarray(format="yuv444p")  # [3, H, W]: Y, Cb, Cr
-    return cv2.cvtColor(np.ascontiguousarray(planes[[0, 2, 1]].transpose(1, 2, 0)), cv2.COLOR_YCrCb2BGR)
+    y, cb, cr = frame.to_ndarray(format="yuv444p")  # planes [3, H, W]
+    return cv2.cvtColor(cv2.merge((y, cr, cb)), cv2.COLOR_YCrCb2BGR)
 
 
 def encode(crops: list[np.ndarray], owned: list[np.ndarray], codec: Codec) -> EncodedCrops:
@@ -155,7 +154,7 @@ def decode(enc: EncodedCrops, shapes: list[tuple[int, int]]) -> list[np.ndarray]
     out = []
     for frame, shape in zip(frames, shapes):
         x, y = _offset(enc.width, enc.height, shape)
-        out.append(np.ascontiguousarray(frame[y:y + shape[0], x:x + shape[1]]))
+        out.append(frame[y:y + shape[0], x:x + shape[1]])
     return out
 
 
