@@ -358,5 +358,9 @@ def inspect(vault: str) -> None:
     click.echo(json.dumps(info, indent=2, default=str))
 
 
+from .batch.cli import batch_command  # noqa: E402 (built on run's options, so after run)
+
+main.add_command(batch_command(run))
+
 if __name__ == "__main__":
     main()

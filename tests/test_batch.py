@@ -1,0 +1,177 @@
+"""`streamdeid batch`: shards, manifests, the local pool against `run`, resuming, and a real local Ray
+cluster with a worker killed mid-file."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import run_cli
+
+from streamdeid.batch import collect_tasks, run_batch, shard
+from streamdeid.batch.inputs import Task, shard_of
+from streamdeid.folder import output_is_complete
+
+CLIPS = ("classroom.mp4", "face-demographics-walking-and-pause.mp4")  # 45 and 41 frames, 480x270
+
+
+def _tasks(keys):
+    return [Task(f"/in/{k}", f"/out/{k}", k) for k in keys]
+
+
+def test_shards_partition_every_file_exactly_once_and_deterministically() -> None:
+    keys = [f"cam{c}/2026-11-{d:02d}.mp4" for c in range(7) for d in range(1, 31)]
+    tasks = _tasks(keys)
+    for count in (1, 2, 3, 8):
+        parts = [shard(tasks, i, count) for i in range(count)]
+        seen = [t.key for p in parts for t in p]
+        assert sorted(seen) == sorted(keys) and len(seen) == len(set(seen))
+        assert parts == [shard(list(reversed(tasks)), i, count)[::-1] for i in range(count)]  # order-free
+        if count == 3:
+            assert all(len(p) > len(keys) / count / 2 for p in parts)  # no shard is starved
+    # a file's shard depends on its own key only: adding files moves no other file
+    assert [shard_of(k, 5) for k in keys] == [shard_of(k, 5) for k in keys + ["new.mp4"]][: len(keys)]
+    with pytest.raises(Exception, match="shard-index"):
+        shard(tasks, 3, 3)
+
+
+def test_manifests_and_folders(tmp_path: Path, media: Path) -> None:
+    from streamdeid.batch.cli import batch_command
+    from streamdeid.cli import run
+
+    (tmp_path / "a" / "deep").mkdir(parents=True)
+    shutil.copy(media / CLIPS[0], tmp_path / "a" / "deep" / "x.mp4")
+    shutil.copy(media / "obama-240p.jpg", tmp_path / "a" / "y.jpg")
+    (tmp_path / "list.txt").write_text(f"# two\n{media / CLIPS[1]}\n\n")
+    (tmp_path / "m.csv").write_text(f"input,output,anonymizer,detect-every,crf\n{media / CLIPS[0]},c/z.mp4,solid,3,20\n")
+    params = batch_command(run).params
+    tasks = collect_tasks([str(tmp_path / "a"), str(tmp_path / "list.txt"), str(tmp_path / "m.csv")],
+                          tmp_path / "out", params)
+    assert [t.key for t in tasks] == ["c/z.mp4", "deep/x.mp4", CLIPS[1], "y.jpg"]
+    assert tasks[0].options == {"method": "solid", "detect_every": 3, "crf": 20}
+    with pytest.raises(Exception, match="two inputs"):
+        collect_tasks([str(tmp_path / "a"), str(tmp_path / "a")], tmp_path / "out")
+    (tmp_path / "bad.csv").write_text(f"input,colour\n{media / CLIPS[0]},red\n")
+    with pytest.raises(Exception, match="unknown column"):
+        collect_tasks([str(tmp_path / "bad.csv")], tmp_path / "out", params)
+
+
+def _clips(media: Path, folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    for name in CLIPS:
+        shutil.copy(media / name, folder / name)
+    return folder
+
+
+def _report(path: Path) -> dict[str, dict]:
+    return {Path(f["input"]).name: f for f in json.loads(path.read_text())["files"]}
+
+
+@pytest.mark.slow
+def test_local_pool_matches_run_resumes_and_retries(tmp_path: Path, media: Path) -> None:
+    src = _clips(media, tmp_path / "in")
+    (src / "bad.mp4").write_bytes(os.urandom(4000))  # fails on every attempt
+    key = tmp_path / "k.bin"
+    args = ("batch", str(src), "-o", str(tmp_path / "out"), "--key-file", str(key), "--new-key", "--workers", "2",
+            "--retries", "1", "--no-progress")
+    proc = run_cli(*args)
+    assert proc.returncode == 1, proc.stderr.decode()  # bad.mp4 failed
+    err = proc.stderr.decode()
+    assert "2 ok, 1 failed, 0 skipped (1 retried)" in err and "failed: " in err and "bad.mp4" in err
+    got = _report(tmp_path / "out" / "streamdeid-batch.json")
+    assert got["bad.mp4"]["status"] == "failed" and got["bad.mp4"]["attempts"] == 2
+    csv_lines = (tmp_path / "out" / "streamdeid-batch.csv").read_text().splitlines()
+    assert csv_lines[0].startswith("input,output,vault,status,error,frames,faces,tracks") and len(csv_lines) == 4
+
+    # the same clips through `streamdeid run` (a folder run, same key): same frames, faces and tracks
+    (src / "bad.mp4").unlink()
+    ran = tmp_path / "run.json"
+    proc = run_cli("run", str(src), "-o", str(tmp_path / "ref"), "--key-file", str(key), "--report", str(ran),
+                   "--no-progress")
+    assert proc.returncode == 0, proc.stderr.decode()
+    want = _report(ran)
+    vault_ids = set()
+    for name in CLIPS:
+        b, r = got[name], want[name]
+        assert b["status"] == "ok" and b["attempts"] == 1
+        assert (b["frames"], b["faces"], b["tracks"]) == (r["frames"], r["faces"], r["tracks"]), name
+        assert b["frames"] > 0 and b["faces"] > 0
+        out = Path(b["output"])
+        assert out == tmp_path / "out" / name and output_is_complete(out, Path(b["vault"]))
+        from streamdeid.vault import VaultReader
+
+        with VaultReader(b["vault"]) as reader:
+            vault_ids.add(reader.video_id)
+            assert reader.inspect()["records"] == b["faces"] if "records" in reader.inspect() else True
+    assert len(vault_ids) == len(CLIPS)  # one master key, a video id (and vault) per file
+
+    # rerun: everything is complete and verified, nothing is touched
+    mtimes = {p: p.stat().st_mtime_ns for p in (tmp_path / "out").iterdir() if p.suffix in (".mp4", ".sdv")}
+    proc = run_cli(*args)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert "0 ok, 0 failed, 2 skipped" in proc.stderr.decode()
+    assert mtimes == {p: p.stat().st_mtime_ns for p in mtimes}
+    again = _report(tmp_path / "out" / "streamdeid-batch.json")
+    assert all(again[n]["status"] == "skipped" and again[n]["frames"] == got[n]["frames"] for n in CLIPS)
+
+
+@pytest.fixture
+def ray_cluster():
+    """A real local Ray cluster of 2 CPUs, started by and for this test (its processes only)."""
+    ray = pytest.importorskip("ray", reason="ray not installed (pip install -e '.[test]' brings it)")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", logging_level="WARNING",
+             runtime_env={"env_vars": {"PYTHONPATH": str(Path(__file__).resolve().parents[1])}})
+    yield ray
+    ray.shutdown()
+
+
+def _actor_pids(title: str) -> list[int]:
+    pids = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                if (p / "cmdline").read_bytes().split(b"\0")[0].decode(errors="replace").startswith(title):
+                    pids.append(int(p.name))
+            except OSError:
+                pass
+    return pids
+
+
+@pytest.mark.slow
+def test_ray_cluster_worker_killed_mid_file_is_retried_and_rerun_skips(tmp_path: Path, media: Path,
+                                                                         ray_cluster) -> None:
+    src = _clips(media, tmp_path / "in")
+    opts = {"key_file": str(tmp_path / "k.bin"), "new_key": True}
+    killed: list[int] = []
+
+    def kill_one_busy_actor() -> None:  # the first actor seen working on a file is killed (SIGKILL)
+        deadline = time.monotonic() + 120
+        while not killed and time.monotonic() < deadline:
+            busy = _actor_pids("ray::BatchWorker.process")
+            if busy:
+                time.sleep(1.0)  # well inside the file (each takes several seconds here)
+                os.kill(busy[0], signal.SIGKILL)
+                killed.append(busy[0])
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=kill_one_busy_actor, daemon=True)
+    killer.start()
+    result = run_batch([str(src)], tmp_path / "out", opts, ray="auto", workers=2, progress=False)
+    killer.join(timeout=5)
+    assert killed, "no actor was seen at work"
+    by_name = {Path(o.input).name: o for o in result.outcomes}
+    assert all(o.status == "ok" for o in by_name.values()), result.outcomes
+    assert result.retried == 1 and sorted(o.attempts for o in by_name.values()) == [1, 2]
+    assert "Ray at auto: 2 CPU actors" in result.line()
+    for o in by_name.values():
+        assert output_is_complete(Path(o.output), Path(o.vault))
+
+    again = run_batch([str(src)], tmp_path / "out", opts, ray="auto", workers=2, progress=False)
+    assert [o.status for o in again.outcomes] == ["skipped", "skipped"]
