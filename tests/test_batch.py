@@ -108,7 +108,6 @@ def test_local_pool_matches_run_resumes_and_retries(tmp_path: Path, media: Path)
 
         with VaultReader(b["vault"]) as reader:
             vault_ids.add(reader.video_id)
-            assert reader.inspect()["records"] == b["faces"] if "records" in reader.inspect() else True
     assert len(vault_ids) == len(CLIPS)  # one master key, a video id (and vault) per file
 
     # rerun: everything is complete and verified, nothing is touched
