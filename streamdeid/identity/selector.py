@@ -1,0 +1,103 @@
+"""Who stays visible: ``--keep`` and ``--only`` decided per track, failing closed.
+
+Evidence is SFace cosine similarity between a track's face and the reference
+photos (the best over all references), taken on *judged* frames only: frames
+where the track was detected (not held or back-filled), the face is at least
+``MIN_JUDGE_PX`` tall and its landmarks fit the face. Small, blurred or
+turned-away faces give no evidence, never evidence for keeping.
+
+keep (the listed people stay visible, everyone else is anonymized):
+    a track becomes visible after ``CONFIRM`` consecutive judged frames at or
+    above ``KEEP_THRESHOLD``; any judged frame below it covers the track again
+    at once (an ID switch after an occlusion), until it is confirmed anew; a
+    visible track that goes ``STALE_SECONDS`` without a judged frame is covered
+    until it is judged again.
+only (only the listed people are anonymized):
+    a track stays anonymized until ``CONFIRM`` judged frames say it is *not* a
+    listed person (all below ``ONLY_THRESHOLD``); one judged frame at or above
+    it anonymizes the track for good.
+
+Thresholds, measured (``python benchmarks/keep.py``): SFace similarities of
+different people on the held-out UTKFace split (460 faces, 105,570 pairs):
+3.3% of pairs reach OpenCV's 0.363, 0.22% reach 0.55, 0.066% reach 0.6.
+``KEEP_THRESHOLD`` = 0.6 keeps a stranger's still photo in under 0.1% of
+pairs, and a video track needs it on 3 judged frames in a row.
+``ONLY_THRESHOLD`` = 0.3 (5.3% of strangers' pairs reach it: they stay
+anonymized, which is the safe side).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+KEEP_THRESHOLD = 0.6
+ONLY_THRESHOLD = 0.3
+CONFIRM = 3
+MIN_JUDGE_PX = 40
+STALE_SECONDS = 2.0
+
+
+@dataclass
+class TrackEvidence:
+    """What a track's judged frames said; exported with ``--export-tracks``."""
+
+    judged: int = 0
+    similarities: list[float] = field(default_factory=list)
+    streak: int = 0  # keep: consecutive judged frames >= KEEP_THRESHOLD; only: consecutive below ONLY_THRESHOLD
+    visible: bool = False
+    matched: bool = False  # only: a judged frame matched, anonymized for good
+    last_judged: int = -1  # frame index
+    ever_visible: bool = False
+
+    def summary(self) -> dict:
+        s = self.similarities
+        return {"judged": self.judged, "best": round(max(s), 3) if s else None,
+                "median": round(float(np.median(s)), 3) if s else None, "visible": self.visible}
+
+
+class TrackSelector:
+    """Per-track visibility from reference similarities. ``mode``: "keep" or "only"."""
+
+    def __init__(self, mode: str, references: np.ndarray, *, fps: float = 25.0) -> None:
+        if mode not in ("keep", "only"):
+            raise ValueError(f"mode must be keep or only, not {mode!r}")
+        self.mode = mode
+        self.references = np.asarray(references, np.float32).reshape(-1, 128)  # [R, 128] unit norm
+        self.stale_frames = max(1, round(STALE_SECONDS * fps))
+        self.tracks: dict[int, TrackEvidence] = {}
+
+    def similarity(self, embeddings: np.ndarray) -> np.ndarray:
+        """[N, 128] -> [N]: the best cosine over the references."""
+        return (np.asarray(embeddings, np.float32) @ self.references.T).max(axis=1)
+
+    def observe(self, track_id: int, frame_index: int, similarity: float) -> None:
+        """One judged frame of a track."""
+        ev = self.tracks.setdefault(track_id, TrackEvidence())
+        ev.judged += 1
+        ev.similarities.append(float(similarity))
+        ev.last_judged = frame_index
+        if self.mode == "keep":
+            ev.streak = ev.streak + 1 if similarity >= KEEP_THRESHOLD else 0
+            ev.visible = ev.streak >= CONFIRM
+        else:
+            if similarity >= ONLY_THRESHOLD:
+                ev.matched = True
+            ev.streak = ev.streak + 1 if similarity < ONLY_THRESHOLD else 0
+            ev.visible = not ev.matched and ev.streak >= CONFIRM
+        ev.ever_visible |= ev.visible
+
+    def visible(self, track_id: int, frame_index: int) -> bool:
+        """Leave this track's face as it is on this frame? False whenever the evidence is not positive."""
+        ev = self.tracks.get(track_id)
+        if ev is None or not ev.visible:
+            return False
+        if self.mode == "keep" and frame_index - ev.last_judged > self.stale_frames:
+            return False
+        return True
+
+    def counts(self) -> tuple[int, int]:
+        """(tracks left visible at some point, tracks never left visible) among tracks seen."""
+        shown = sum(ev.ever_visible for ev in self.tracks.values())
+        return shown, len(self.tracks) - shown
