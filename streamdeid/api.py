@@ -14,11 +14,11 @@ import cv2
 import numpy as np
 from tqdm import tqdm
 
-from .anonymize import create_anonymizer, dbaf_recover_crops
+from .anonymize import dbaf_recover_crops
 from .audit import TrackExporter
 from .config import PipelineConfig
 from .folder import FAILED, OK, SKIPPED, FileOutcome, output_is_complete
-from .pipeline import RunSummary, ThreadedSink, process_frames, threaded_source
+from .pipeline import Pipeline, RunSummary, ThreadedSink, build_renderer, threaded_source
 from .recovery import (
     RunKeys,
     VaultRecorder,
@@ -108,15 +108,12 @@ def refuse_same_file(src: str | Path, out: Path) -> None:
 
 
 def renderer_for(config: PipelineConfig, keys: RunKeys) -> FrameRenderer:
-    return FrameRenderer(create_anonymizer(config.anonymize), align=config.align, blend=config.blend,
-                         anonymize=config.anonymize, key_for_track=keys.for_track)
+    return build_renderer(config, keys.for_track)
 
 
 def _anonymize_video(src: str, out: Path | str, config: PipelineConfig, keys: RunKeys, *, vault: bool,
                      store_crops: bool) -> RunResult:
     """``out`` is a file path, or ``-``/a URL (stdout or a push, never with a vault)."""
-    summary = RunSummary()
-    stop = threading.Event()
     vault_path = vault_path_for(out) if vault and isinstance(out, Path) else None
     if vault_path is not None and vault_path.exists() and not config.output.overwrite:
         raise StreamdeidError(f"{vault_path} exists; pass --overwrite to replace it")
@@ -126,11 +123,7 @@ def _anonymize_video(src: str, out: Path | str, config: PipelineConfig, keys: Ru
         raise StreamdeidError(f"--no-crops stores no face pixels, so only a reversible anonymizer (dbaf) can be "
                               f"recovered from its vault, not {renderer.anonymizer.name}")
     with open_source(src) as source:
-        fps = float(source.average_rate or 25)
-        if isinstance(out, Path):
-            writer = VideoWriter(out, source, config.output, metadata=video_id_tag(keys.video_id))
-        else:
-            writer = StreamWriter(out, source, config.output)
+        writer = _open_writer(out, source, config, keys)
         vault_writer = None
         try:
             observers, closers = _observers(config)
@@ -142,36 +135,55 @@ def _anonymize_video(src: str, out: Path | str, config: PipelineConfig, keys: Ru
         except BaseException:
             writer.close(success=False)
             raise
-        bar = tqdm(total=source.frame_count, unit="frame", disable=not config.progress,
-                   desc=Path(src).name if src != "-" else "stdin", dynamic_ncols=True)
-        sink = ThreadedSink(writer.write, summary.times)
-
-        def emit(item: object) -> None:
-            sink.put(item)
-            if isinstance(item, Frame):
-                bar.update(1)
-
-        t0 = time.perf_counter()
+        summary = RunSummary()
         ok = False
         try:
-            process_frames(threaded_source(source, stop, summary.times), config, renderer,
-                           fps=fps, emit=emit, observers=observers, summary=summary)
-            sink.close()
-            ok = True
-        except KeyboardInterrupt:
-            summary.interrupted = True
-            sink.close()
-            out = Path(writer.abort_keep_partial())
-            log.warning("interrupted: %d frames written to %s", summary.frames, out)
+            ok = _run_pipeline(src, source, writer.write, config, renderer, observers, summary)
+            if summary.interrupted:
+                out = Path(writer.abort_keep_partial())
+                log.warning("interrupted: %d frames written to %s", summary.frames, out)
         finally:
-            summary.seconds = time.perf_counter() - t0
-            bar.close()
             for close in closers:
                 close()
             if not summary.interrupted:
                 writer.close(success=ok)
             vault_path = _finish_vault(vault_writer, vault_path, ok, summary.interrupted, out)
     return RunResult(out, summary, vault_path)
+
+
+def _open_writer(out: Path | str, source, config: PipelineConfig, keys: RunKeys) -> VideoWriter:
+    """A file output is tagged with the run's video id (recover checks it against the vault's)."""
+    if isinstance(out, Path):
+        return VideoWriter(out, source, config.output, metadata=video_id_tag(keys.video_id))
+    return StreamWriter(out, source, config.output)
+
+
+def _run_pipeline(src: str, source, write, config: PipelineConfig, renderer: FrameRenderer,
+                  observers: list, summary: RunSummary) -> bool:
+    """Decode, the ``Pipeline`` and encode on three threads. True: every frame was written; False: Ctrl-C
+    (``summary.interrupted``; the frames already taken are written, the caller keeps the partial output)."""
+    bar = tqdm(total=source.frame_count, unit="frame", disable=not config.progress,
+               desc=Path(src).name if src != "-" else "stdin", dynamic_ncols=True)
+    sink = ThreadedSink(write, summary.times)
+
+    def emit(result, _pasted) -> None:
+        sink.put(result.frame)
+        bar.update(1)
+
+    t0 = time.perf_counter()
+    try:
+        pipeline = Pipeline(config, renderer, fps=float(source.average_rate or 25), emit=emit,
+                            observers=observers, summary=summary)
+        pipeline.run(threaded_source(source, threading.Event(), summary.times), sink.put)
+        sink.close()
+        return True
+    except KeyboardInterrupt:
+        summary.interrupted = True
+        sink.close()
+        return False
+    finally:
+        summary.seconds = time.perf_counter() - t0
+        bar.close()
 
 
 def _finish_vault(vault_writer, vault_path: Path | None, ok: bool, interrupted: bool, out: Path) -> Path | None:

@@ -28,7 +28,7 @@ from streamdeid.config import PipelineConfig
 from streamdeid.live import LiveConfig, LiveSource, LiveSourceLost, live_lookahead_frames, run_live, segment_path
 from streamdeid.live.fresh import END, FreshQueue
 from streamdeid.live.publish import publish_loop, read_stamp, stamp_time
-from streamdeid.live.runner import default_renderer
+from streamdeid.pipeline import build_renderer
 from streamdeid.live.source import Discontinuity, _Timeline
 from streamdeid.types import Frame, StreamdeidError
 from streamdeid.video.reader import open_source
@@ -370,7 +370,7 @@ def test_rtsp_segments_playable_monotonic_faces_covered(rtsp_server: RtspServer,
     pub = Publisher(rtsp_server.publish_url(), seconds=25)
     try:
         _wait_for_stream(rtsp_server.url())
-        keep = _KeepOriginals(default_renderer(_config()))
+        keep = _KeepOriginals(build_renderer(_config()))
         opened, closed = [], []
         summary = run_live(rtsp_server.url(), str(tmp_path / "rec.mp4"), _config(),
                            _live(segment_time=3.0, stop_after=8.0, stats_json=str(tmp_path / "stats.jsonl")),
