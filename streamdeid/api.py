@@ -14,7 +14,7 @@ import cv2
 import numpy as np
 from tqdm import tqdm
 
-from .anonymize import dbaf_recover_crops
+from .anonymize import dbaf_recover_crops, reversible_method
 from .audit import TrackExporter
 from .config import PipelineConfig
 from .folder import FAILED, OK, SKIPPED, FileOutcome, output_is_complete
@@ -118,7 +118,7 @@ def _anonymize_video(src: str, out: Path | str, config: PipelineConfig, keys: Ru
     if vault_path is not None and vault_path.exists() and not config.output.overwrite:
         raise StreamdeidError(f"{vault_path} exists; pass --overwrite to replace it")
     renderer = renderer_for(config, keys)  # loads the model: fails before any output exists
-    reversible = renderer.anonymizer.name if getattr(renderer.anonymizer, "reversible", False) else None
+    reversible = reversible_method(renderer.anonymizer)
     if vault_path is not None and not store_crops and reversible is None:
         raise StreamdeidError(f"--no-crops stores no face pixels, so only a reversible anonymizer (dbaf) can be "
                               f"recovered from its vault, not {renderer.anonymizer.name}")

@@ -14,6 +14,7 @@ import click
 
 from . import __version__
 from .config import PipelineConfig
+from .registry import BACKENDS, METHODS
 from .types import OutputClosed, StreamdeidError
 
 EXIT_ERROR = 1
@@ -78,9 +79,9 @@ def main(verbose: bool) -> None:
 @click.argument("input", metavar="INPUT")
 @click.option("-o", "--output", type=click.Path(dir_okay=True), help="Output file or folder. Default: <stem>_anonymized.<ext> beside the input.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
-@click.option("--anonymizer", "method", type=click.Choice(["blur", "mosaic", "solid", "dbaf"]), default="blur", show_default=True, help="How faces are replaced. blur/mosaic/solid: classic covers. dbaf: a generated face per person from the shipped 64 px model (or --model), checked by the leak guard; experimental, see docs/MODEL_CARD.md.")
+@click.option("--anonymizer", "method", type=click.Choice(list(METHODS)), default="blur", show_default=True, help="How faces are replaced. blur/mosaic/solid: classic covers. dbaf: a generated face per person from the shipped 64 px model (or --model), checked by the leak guard; experimental, see docs/MODEL_CARD.md.")
 @click.option("--model", "model_path", type=click.Path(dir_okay=False), default=None, help="dbaf: generator file (.onnx for onnxrt, .safetensors for torch, .engine for tensorrt). Default: the shipped weights.")
-@click.option("--backend", type=click.Choice(["onnxrt", "torch", "tensorrt"]), default="onnxrt", show_default=True, help="dbaf: what runs the generator (ONNX Runtime on CPU by default).")
+@click.option("--backend", type=click.Choice(list(BACKENDS)), default="onnxrt", show_default=True, help="dbaf: what runs the generator (ONNX Runtime on CPU by default).")
 @click.option("--leak-threshold", type=click.FloatRange(0.05, 0.363), default=None, help="dbaf: SFace similarity at which the leak guard switches a track to solid fill (default 0.25, stricter than SFace's 0.363 because encoding shifts it; lower is stricter).")
 @click.option("--detect-every", type=click.IntRange(min=1), default=None, help="Run the detector on every N-th frame (and on scene cuts) and track in between. Default 2; 1 with dbaf, whose leak guard needs measured landmarks.")
 @click.option("--detect-size", type=click.IntRange(min=0), default=None, help="Longest side of the image the detector's fast pass sees on every run (0: native). Default 640.")
@@ -232,6 +233,7 @@ def _echo_folder(files) -> None:
 
 def _run_live(source: str, output: str | None, config: PipelineConfig, live, *, key_file: str | None,
               new_key: bool, vault: bool) -> None:
+    from .anonymize import reversible_method
     from .api import renderer_for
     from .live import LiveSourceLost, run_live
     from .recovery import SegmentVaultWriter, pipeline_meta, run_keys
@@ -243,7 +245,7 @@ def _run_live(source: str, output: str | None, config: PipelineConfig, live, *, 
     # one key per track, and there is no vault.
     keys = run_keys(key_file, new_key=new_key)
     renderer = renderer_for(config, keys)  # loads the model before connecting
-    reversible = renderer.anonymizer.name if getattr(renderer.anonymizer, "reversible", False) else None
+    reversible = reversible_method(renderer.anonymizer)
     factory = None
     if vault and not keys.ephemeral and not is_stream_output(output):
         pipeline = pipeline_meta(config, renderer.anonymizer)
@@ -274,7 +276,7 @@ def _run_live(source: str, output: str | None, config: PipelineConfig, live, *, 
 @click.option("--crf", type=click.IntRange(0, 63), default=18, show_default=True, help="Quality for x264/x265 (0 = lossless).")
 @click.option("--mode", type=click.Choice(["exact", "model"]), default="exact", show_default=True, help="exact: put the stored original pixels back. model (dbaf outputs): regenerate each face with G(x_ano, P) from the track keys; works with --no-crops vaults.")
 @click.option("--model", "model_path", type=click.Path(dir_okay=False), default=None, help="--mode model: the generator the run used. Default: the shipped weights.")
-@click.option("--backend", type=click.Choice(["onnxrt", "torch", "tensorrt"]), default="onnxrt", show_default=True, help="--mode model: what runs the generator.")
+@click.option("--backend", type=click.Choice(list(BACKENDS)), default="onnxrt", show_default=True, help="--mode model: what runs the generator.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 def recover(anonymized: str, output: str, key_file: str, vault: str | None, tracks: tuple[int, ...],
             partial: bool, overwrite: bool, codec: str, crf: int, mode: str, model_path: str | None, backend: str,

@@ -66,7 +66,7 @@ class Pipeline:
         self.admit = admit
         # Frames leaving the look-ahead buffer are rendered together, so a batched generator sees the
         # faces of several frames in one call (1 for classic anonymizers, which gain nothing from it).
-        self.batch_frames = max(1, int(batch_frames or getattr(renderer.anonymizer, "batch_frames", 1)))
+        self.batch_frames = max(1, int(batch_frames or renderer.anonymizer.batch_frames))
         self._pending: list[FrameResult] = []
 
     def push(self, frame: Frame, *, force_cut: bool = False) -> None:

@@ -158,17 +158,17 @@ def pipeline_meta(config, anonymizer) -> dict:
     from dataclasses import asdict
 
     meta = {
-        "anonymizer": getattr(anonymizer, "name", config.anonymize.method),
+        "anonymizer": anonymizer.name,
         "crop_size": config.align.crop_size,
         "align_margin": config.align.margin,
         "blend": asdict(config.blend),
     }
-    model_path = getattr(anonymizer, "model_path", None)
+    model_path = anonymizer.model_path
     if model_path is not None:
         from .anonymize.dbaf import sha256_file
 
         meta["model"] = {"file": Path(model_path).name, "sha256": sha256_file(model_path),
-                         "backend": getattr(anonymizer, "backend_name", config.anonymize.backend)}
+                         "backend": anonymizer.backend_name or config.anonymize.backend}
     return meta
 
 
