@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from . import __version__
+from .cli_config import RECOVER_OPTIONS, RUN_OPTIONS, live_config, pipeline_config
 from .config import PipelineConfig
 from .registry import BACKENDS, METHODS
 from .types import OutputClosed, StreamdeidError
@@ -111,13 +112,7 @@ def main(verbose: bool) -> None:
 @click.option("--report", "report", type=click.Path(dir_okay=False), default=None, help="Write a JSON report: per file input, output, vault, status (ok, failed, skipped), error, frames, faces, tracks, seconds; and totals. Written also when files failed.")
 @click.option("--skip-existing", is_flag=True, help="Folder input: resume a run by skipping each file whose output (and, with --key-file, its vault) is complete and verified; an output a crash left incomplete is redone.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
-def run(input: str, output: str | None, overwrite: bool, method: str, model_path: str | None, backend: str,
-        leak_threshold: float | None, detect_every: int | None, detect_size: int | None, min_face: int | None,
-        threshold: float | None, hold: float, lookahead: float, mask: str, mask_margin: float | None,
-        codec: str, crf: int, preset: str, key_file: str | None, new_key: bool, no_vault: bool, no_crops: bool,
-        force_live: bool, max_latency: float, segment_time: float | None, max_retries: int, rtsp_transport: str,
-        read_timeout: float, stats_json: str | None, stats_interval: float, stdout_format: str,
-        export_tracks: str | None, report: str | None, skip_existing: bool, no_progress: bool) -> None:
+def run(input: str, **options) -> None:
     """Anonymize every face in INPUT.
 
     INPUT is a video file (mp4, mkv, mov, avi, webm, gif), an image, a folder
@@ -139,50 +134,20 @@ def run(input: str, output: str | None, overwrite: bool, method: str, model_path
     from .folder import FAILED
     from .video.reader import is_live_input
 
-    config = PipelineConfig()
-    config.detect.every = detect_every
-    if detect_size is not None:
-        config.detect.input_size = detect_size
-    if min_face is not None:
-        config.detect.min_face = min_face
-    if threshold is not None:
-        config.detect.score_threshold = threshold
-    config.track.hold_seconds = hold
-    config.lookahead_seconds = lookahead
-    config.anonymize.method = method
-    config.anonymize.model_path = model_path
-    config.anonymize.backend = backend
-    if leak_threshold is not None:
-        config.anonymize.leak_threshold = leak_threshold
-    if method == "dbaf":
-        from .anonymize.dbaf import resolve_model_path
-
-        resolve_model_path(model_path, backend)  # fail before touching any output
-    elif model_path is not None:
-        raise StreamdeidError("--model is for --anonymizer dbaf")
-    if no_crops and method != "dbaf":
-        raise StreamdeidError("--no-crops keeps no face pixels: only --anonymizer dbaf can be recovered from such "
-                              "a vault (recover --mode model)")
-    config.blend.mask = mask
-    if mask_margin is not None:
-        config.blend.margin = mask_margin
-    config.output.codec, config.output.crf, config.output.preset = codec, crf, preset
-    config.output.overwrite = overwrite
-    config.export_tracks = export_tracks
-    config.progress = not no_progress
-    if force_live or (input != "-" and is_live_input(input)):
-        from .live import LiveConfig
-
-        if report is not None or skip_existing:
+    config = pipeline_config(options, RUN_OPTIONS)
+    _check_anonymizer_options(options)
+    key_file, no_crops, report = options["key_file"], options["no_crops"], options["report"]
+    if options["force_live"] or (input != "-" and is_live_input(input)):
+        if report is not None or options["skip_existing"]:
             raise StreamdeidError("--report and --skip-existing are for files and folders, not live feeds")
-        live = LiveConfig(transport=rtsp_transport, read_timeout=read_timeout, max_retries=max_retries,
-                          max_latency=max_latency, segment_time=segment_time, stats_interval=stats_interval,
-                          stats_json=stats_json, stream_container=stdout_format)
-        _run_live(input, output, config, live, key_file=key_file, new_key=new_key, vault=not no_vault)
+        _run_live(input, options["output"], config, live_config(options), key_file=key_file,
+                  new_key=options["new_key"], vault=not options["no_vault"])
         return
-    result = _anonymize_reporting(input, output, config, report, key_file=key_file, new_key=new_key,
-                                  vault=not no_vault, store_crops=not no_crops, skip_existing=skip_existing)
+    result = _anonymize_reporting(input, options["output"], config, report, key_file=key_file,
+                                  new_key=options["new_key"], vault=not options["no_vault"],
+                                  store_crops=not no_crops, skip_existing=options["skip_existing"])
     click.echo(f"streamdeid: {result.summary.line()} ({config.anonymize.method}) -> {result.output}", err=True)
+    model_path = options["model_path"]
     how = (" --mode model" + (f" --model {model_path}" if model_path else "")) if no_crops else ""
     _echo_vault(result, key_file, how)
     if result.files:
@@ -191,6 +156,20 @@ def run(input: str, output: str | None, overwrite: bool, method: str, model_path
         sys.exit(EXIT_INTERRUPTED)
     if any(f.status == FAILED for f in result.files):
         sys.exit(EXIT_ERROR)
+
+
+def _check_anonymizer_options(options: dict) -> None:
+    """--model and --no-crops only go with dbaf; a dbaf model is found (and checked) before any output."""
+    method, model_path = options["method"], options["model_path"]
+    if method == "dbaf":
+        from .anonymize.dbaf import resolve_model_path
+
+        resolve_model_path(model_path, options["backend"])  # fail before touching any output
+    elif model_path is not None:
+        raise StreamdeidError("--model is for --anonymizer dbaf")
+    if options["no_crops"] and method != "dbaf":
+        raise StreamdeidError("--no-crops keeps no face pixels: only --anonymizer dbaf can be recovered from such "
+                              "a vault (recover --mode model)")
 
 
 def _anonymize_reporting(input: str, output: str | None, config: PipelineConfig, report: str | None, **kwargs):
@@ -294,9 +273,8 @@ def recover(anonymized: str, output: str, key_file: str, vault: str | None, trac
 
     if mode == "exact" and model_path is not None:
         raise StreamdeidError("--model is for --mode model")
-    config = PipelineConfig()
-    config.output.codec, config.output.crf, config.output.overwrite = codec, crf, overwrite
-    config.progress = not no_progress
+    options = {"codec": codec, "crf": crf, "overwrite": overwrite, "no_progress": no_progress}
+    config = pipeline_config(options, RECOVER_OPTIONS)
     if mode == "model":
         click.echo(f"streamdeid: note: {MODEL_MODE_CAVEAT}", err=True)
     res = do_recover(anonymized, output, key_file=key_file, vault=vault, tracks=list(tracks) or None,
