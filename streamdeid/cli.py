@@ -212,10 +212,10 @@ def _echo_folder(files) -> None:
 
 def _run_live(source: str, output: str | None, config: PipelineConfig, live, *, key_file: str | None,
               new_key: bool, vault: bool) -> None:
-    from .anonymize import reversible_method
     from .api import renderer_for
+    from .keys import run_keys
     from .live import LiveSourceLost, run_live
-    from .recovery import SegmentVaultWriter, pipeline_meta, run_keys
+    from .vault_glue import segment_vault_factory
     from .video.writer import is_stream_output
 
     if output is None:
@@ -224,14 +224,9 @@ def _run_live(source: str, output: str | None, config: PipelineConfig, live, *, 
     # one key per track, and there is no vault.
     keys = run_keys(key_file, new_key=new_key)
     renderer = renderer_for(config, keys)  # loads the model before connecting
-    reversible = reversible_method(renderer.anonymizer)
     factory = None
     if vault and not keys.ephemeral and not is_stream_output(output):
-        pipeline = pipeline_meta(config, renderer.anonymizer)
-
-        def factory(segment: Path) -> SegmentVaultWriter:
-            return SegmentVaultWriter(keys, segment, reversible=reversible,
-                                      pipeline=pipeline, overwrite=config.output.overwrite)
+        factory = segment_vault_factory(keys, config, renderer.anonymizer)
     else:
         click.echo("streamdeid: no recovery vault: this output is irreversible", err=True)
     try:

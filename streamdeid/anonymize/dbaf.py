@@ -19,7 +19,6 @@ sha256; written by ``python -m training export --out streamdeid/weights``).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from collections import OrderedDict
@@ -29,6 +28,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from ..files import sha256_file
 from ..keys import kria_vector
 from ..registry import BACKENDS
 from ..types import FaceContext, StreamdeidError
@@ -42,14 +42,6 @@ BACKEND_NAMES = tuple(BACKENDS)
 NO_WEIGHTS = ("the shipped DBAF weights are missing from this installation (streamdeid/weights/manifest.json); "
               "reinstall, pass --model PATH, or choose --anonymizer blur")
 _P_CACHE = 512  # keys remembered (one per live track is plenty)
-
-
-def sha256_file(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def resolve_model_path(model_path: str | Path | None, backend: str = "onnxrt") -> Path:
