@@ -21,9 +21,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
+CLIP = ROOT.parent / "shared" / "media" / "short_hamilton_clip.mp4"
 
-from test_live import CLIP, SERVER, Publisher, RtspServer, _rss_kb  # noqa: E402
+from devtools.rtsp import SERVER, Publisher, RtspServer, rss_kb  # noqa: E402
 
 from streamdeid.config import PipelineConfig  # noqa: E402
 from streamdeid.live import LiveConfig, run_live  # noqa: E402
@@ -46,7 +47,7 @@ def main() -> int:
     folder = Path(args.out or tmp.name)
     server = RtspServer(folder)
     server.start()
-    pub = Publisher(server.publish_url(), seconds=args.seconds + 20, stamp=True)
+    pub = Publisher(server.publish_url(), CLIP, seconds=args.seconds + 20, stamp=True)
     e2e: list[float] = []
     rss: list[int] = []
     last = [0.0]
@@ -56,7 +57,7 @@ def main() -> int:
         now = time.monotonic()
         if now - last[0] >= 5:
             last[0] = now
-            rss.append(_rss_kb())
+            rss.append(rss_kb())
 
     try:
         time.sleep(2.0)

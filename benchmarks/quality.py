@@ -34,7 +34,7 @@ import cv2
 import numpy as np
 from tqdm import tqdm
 
-from streamdeid.anonymize import create_anonymizer
+from streamdeid.anonymize import AnonymizerBase, create_anonymizer
 from streamdeid.config import AnonymizeConfig, PipelineConfig
 from streamdeid.eval import PIXEL_RANGE, EvalKeys, create_recognizers, create_recoverer, heldout_files
 from streamdeid.eval.faces import FaceEvaluator, image_files, load_face_set
@@ -48,7 +48,7 @@ UTK = SHARED / "datasets" / "utkface-crops" / "images"
 MEDIA = SHARED / "media"
 
 
-class IdentityAnonymizer:
+class IdentityAnonymizer(AnonymizerBase):
     """Reference 'anonymizer' that changes nothing (what the metrics say when no face is hidden)."""
 
     name = "none"

@@ -45,7 +45,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from streamdeid.anonymize.dbaf import sha256_file
+from streamdeid.files import sha256_file
 from streamdeid.eval.recall import (
     SIZE_BUCKETS,
     CenterFaceReference,

@@ -4,42 +4,30 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import cv2
-import numpy as np
 from tqdm import tqdm
 
-from .anonymize import create_anonymizer, dbaf_recover_crops
+from .anonymize import reversible_method
 from .audit import TrackExporter
 from .config import PipelineConfig
+from .files import refuse_same_file
 from .folder import FAILED, OK, SKIPPED, FileOutcome, output_is_complete
-from .pipeline import RunSummary, ThreadedSink, process_frames, threaded_source
-from .recovery import (
-    RunKeys,
-    VaultRecorder,
-    load_recovery_key,
-    open_vault_writer,
-    pipeline_meta,
-    prefetch,
-    read_video_id_tag,
-    vault_quality,
-    records_by_frame,
-    restore_frame,
-    run_keys,
-    vault_path_for,
-    video_id_tag,
-)
+from .keys import RunKeys, run_keys
+from .pipeline import Pipeline, RunSummary, ThreadedSink, build_renderer, threaded_source
 from .render import FrameRenderer
+from .restore import MODEL_MODE_CAVEAT, RecoverResult, recover
 from .types import Frame, FrameResult, StreamdeidError
+from .vault_glue import VaultRecorder, open_vault_writer, pipeline_meta, vault_path_for, vault_quality, video_id_tag
 from .video.images import is_image, list_media
 from .video.reader import open_source
-from .vault import VaultReader
 from .video.writer import StreamWriter, VideoWriter, is_stream_output, write_image
+
+__all__ = ["MODEL_MODE_CAVEAT", "RecoverResult", "RunResult", "anonymize", "recover"]
 
 log = logging.getLogger(__name__)
 
@@ -96,85 +84,85 @@ def anonymize(src: str, dst: str | Path | None = None, config: PipelineConfig | 
     return _anonymize_video(src, out, config, keys, vault=vault and not keys.ephemeral, store_crops=store_crops)
 
 
-def refuse_same_file(src: str | Path, out: Path) -> None:
-    """The output must not be the input (or a link to it), whatever --overwrite says: the only copy of
-    the source would be replaced by an irreversible one."""
-    if str(src) == "-" or not out.exists():
-        return
-    try:
-        same = os.path.samefile(src, out)
-    except OSError:
-        return
-    if same:
-        raise StreamdeidError(f"the output {out} is the input itself; choose another -o (the source would be lost)")
-
-
 def renderer_for(config: PipelineConfig, keys: RunKeys) -> FrameRenderer:
-    return FrameRenderer(create_anonymizer(config.anonymize), align=config.align, blend=config.blend,
-                         anonymize=config.anonymize, key_for_track=keys.for_track)
+    return build_renderer(config, keys.for_track)
 
 
 def _anonymize_video(src: str, out: Path | str, config: PipelineConfig, keys: RunKeys, *, vault: bool,
                      store_crops: bool) -> RunResult:
     """``out`` is a file path, or ``-``/a URL (stdout or a push, never with a vault)."""
-    summary = RunSummary()
-    stop = threading.Event()
     vault_path = vault_path_for(out) if vault and isinstance(out, Path) else None
     if vault_path is not None and vault_path.exists() and not config.output.overwrite:
         raise StreamdeidError(f"{vault_path} exists; pass --overwrite to replace it")
     renderer = renderer_for(config, keys)  # loads the model: fails before any output exists
-    reversible = renderer.anonymizer.name if getattr(renderer.anonymizer, "reversible", False) else None
+    reversible = reversible_method(renderer.anonymizer)
     if vault_path is not None and not store_crops and reversible is None:
         raise StreamdeidError(f"--no-crops stores no face pixels, so only a reversible anonymizer (dbaf) can be "
                               f"recovered from its vault, not {renderer.anonymizer.name}")
     with open_source(src) as source:
-        fps = float(source.average_rate or 25)
-        if isinstance(out, Path):
-            writer = VideoWriter(out, source, config.output, metadata=video_id_tag(keys.video_id))
-        else:
-            writer = StreamWriter(out, source, config.output)
+        writer = _open_writer(out, source, config, keys)
         vault_writer = None
         try:
-            observers, closers = _observers(config)
+            summary = RunSummary()
+            observers, closers = _observers(config, summary)
             if vault_path is not None:
                 vault_writer = open_vault_writer(vault_path, keys, source=src, output=out,
                                                  store_crops=store_crops, overwrite=config.output.overwrite,
                                                  pipeline=pipeline_meta(config, renderer.anonymizer),
-                                                 quality=vault_quality(config.output), fps=fps)
+                                                 quality=vault_quality(config.output),
+                                                 fps=float(source.average_rate or 25))
                 observers.append(VaultRecorder(vault_writer, reversible))
         except BaseException:
             writer.close(success=False)
             raise
-        bar = tqdm(total=source.frame_count, unit="frame", disable=not config.progress,
-                   desc=Path(src).name if src != "-" else "stdin", dynamic_ncols=True)
-        sink = ThreadedSink(writer.write, summary.times)
-
-        def emit(item: object) -> None:
-            sink.put(item)
-            if isinstance(item, Frame):
-                bar.update(1)
-
-        t0 = time.perf_counter()
         ok = False
         try:
-            process_frames(threaded_source(source, stop, summary.times), config, renderer,
-                           fps=fps, emit=emit, observers=observers, summary=summary)
-            sink.close()
-            ok = True
-        except KeyboardInterrupt:
-            summary.interrupted = True
-            sink.close()
-            out = Path(writer.abort_keep_partial())
-            log.warning("interrupted: %d frames written to %s", summary.frames, out)
+            ok = _run_pipeline(src, source, writer.write, config, renderer, observers, summary)
+            if summary.interrupted:
+                out = Path(writer.abort_keep_partial())
+                log.warning("interrupted: %d frames written to %s", summary.frames, out)
         finally:
-            summary.seconds = time.perf_counter() - t0
-            bar.close()
             for close in closers:
                 close()
             if not summary.interrupted:
                 writer.close(success=ok)
             vault_path = _finish_vault(vault_writer, vault_path, ok, summary.interrupted, out)
     return RunResult(out, summary, vault_path)
+
+
+def _open_writer(out: Path | str, source, config: PipelineConfig, keys: RunKeys) -> VideoWriter:
+    """A file output is tagged with the run's video id (recover checks it against the vault's)."""
+    if isinstance(out, Path):
+        return VideoWriter(out, source, config.output, metadata=video_id_tag(keys.video_id))
+    return StreamWriter(out, source, config.output)
+
+
+def _run_pipeline(src: str, source, write, config: PipelineConfig, renderer: FrameRenderer,
+                  observers: list, summary: RunSummary) -> bool:
+    """Decode, the ``Pipeline`` and encode on three threads. True: every frame was written; False: Ctrl-C
+    (``summary.interrupted``; the frames already taken are written, the caller keeps the partial output)."""
+    bar = tqdm(total=source.frame_count, unit="frame", disable=not config.progress,
+               desc=Path(src).name if src != "-" else "stdin", dynamic_ncols=True)
+    sink = ThreadedSink(write, summary.times)
+
+    def emit(result, _pasted) -> None:
+        sink.put(result.frame)
+        bar.update(1)
+
+    t0 = time.perf_counter()
+    try:
+        pipeline = Pipeline(config, renderer, fps=float(source.average_rate or 25), emit=emit,
+                            observers=observers, summary=summary)
+        pipeline.run(threaded_source(source, threading.Event(), summary.times), sink.put)
+        sink.close()
+        return True
+    except KeyboardInterrupt:
+        summary.interrupted = True
+        sink.close()
+        return False
+    finally:
+        summary.seconds = time.perf_counter() - t0
+        bar.close()
 
 
 def _finish_vault(vault_writer, vault_path: Path | None, ok: bool, interrupted: bool, out: Path) -> Path | None:
@@ -193,10 +181,11 @@ def _finish_vault(vault_writer, vault_path: Path | None, ok: bool, interrupted: 
     return None
 
 
-def _observers(config: PipelineConfig):
+def _observers(config: PipelineConfig, summary: RunSummary | None = None):
+    """The audit log (with ``summary``: its per-track --keep/--only decisions are written at close)."""
     observers, closers = [], []
     if config.export_tracks:
-        exporter = TrackExporter(config.export_tracks)
+        exporter = TrackExporter(config.export_tracks, summary)
         observers.append(exporter)
         closers.append(exporter.close)
     return observers, closers
@@ -324,183 +313,3 @@ def _add_summary(total: RunSummary, summary: RunSummary) -> None:
         setattr(total, name, getattr(total, name) + getattr(summary, name))
     sizes = [v for v in (total.smallest_face, summary.smallest_face) if v is not None]
     total.smallest_face = max(sizes) if sizes else None  # the weakest promise of the folder
-
-
-@dataclass
-class RecoverResult:
-    output: Path
-    frames: int
-    faces_restored: int
-    damage: str | None  # what a truncated vault lost (with allow_partial), else None
-    mode: str = "exact"
-    faces_skipped: int = 0  # model mode: faces that were not generated (solid fallback), left as they are
-    notes: list[str] = field(default_factory=list)  # warnings for the user (model mismatch, ...)
-
-
-#: What ``recover --mode model`` says about keys, always.
-MODEL_MODE_CAVEAT = ("model mode cannot tell a wrong key from a right one: G(x, P) with a wrong P yields a "
-                     "different face, not an error; the faces are regenerated, not the original pixels")
-
-
-def recover(anonymized: str, dst: str | Path, *, key_file: str, vault: str | Path | None = None,
-            tracks: list[int] | None = None, config: PipelineConfig | None = None,
-            allow_partial: bool = False, mode: str = "exact", model: str | None = None,
-            backend: str = "onnxrt") -> RecoverResult:
-    """Restore the original faces of ``anonymized`` from its vault.
-
-    ``mode="exact"`` (default) copies the original pixels stored in the vault
-    back. ``mode="model"`` (DBAF outputs, also vaults written with
-    ``store_crops=False``): for each face in the vault, the anonymized crop is
-    re-aligned with the stored geometry and ``G(x_ano, P_track)`` is pasted
-    back with the run's soft mask; ``model``/``backend`` name the generator
-    (None: the shipped weights). See ``MODEL_MODE_CAVEAT``.
-
-    ``tracks`` restores only those people. A wrong key, a vault of another
-    video, or a tampered vault raise ``StreamdeidError`` and leave no output.
-    A truncated vault does too, unless ``allow_partial``: then everything
-    before the damage is restored and ``damage`` says what was lost.
-    """
-    if mode not in ("exact", "model"):
-        raise StreamdeidError(f"unknown recovery mode {mode!r} (exact or model)")
-    config = config or PipelineConfig()
-    src = Path(anonymized)
-    if not src.exists():
-        raise StreamdeidError(f"{anonymized}: no such file")
-    refuse_same_file(src, Path(dst))
-    vault_path = Path(vault) if vault is not None else vault_path_for(src)
-    if not vault_path.exists():
-        raise StreamdeidError(f"{vault_path}: no such vault (pass --vault)")
-    key = load_recovery_key(key_file)
-    generator = None
-    if mode == "model":
-        from .anonymize.dbaf import DBAFAnonymizer
-
-        generator = DBAFAnonymizer(model, backend, threads=config.anonymize.threads)
-    with VaultReader(vault_path) as reader, open_source(str(src)) as source:
-        tag = read_video_id_tag(source.metadata)
-        if tag is not None and tag != reader.video_id.hex():
-            raise StreamdeidError(f"{vault_path} belongs to another video than {src.name}")
-        reader.check_key(key, tracks)
-        notes: list[str] = []
-        if mode == "exact":
-            if reader.header.get("store_crops") is False:
-                raise StreamdeidError(f"{vault_path} holds geometry only (run --no-crops): exact recovery is "
-                                      "impossible; use --mode model --model PATH")
-            apply = _ExactRestore()
-        else:
-            apply = _ModelRestore(generator, key, reader, notes)
-        groups = prefetch(records_by_frame(reader, key, tracks))
-        writer = VideoWriter(dst, source, config.output, metadata=dict(source.metadata))
-        ok, frames = False, 0
-        try:
-            pending = next(groups, None)
-            for item in tqdm(source, total=source.frame_count, unit="frame", disable=not config.progress,
-                             desc="recover", dynamic_ncols=True):
-                if isinstance(item, Frame):
-                    while pending is not None and pending[0] < item.index:
-                        pending = next(groups, None)
-                    if pending is not None and pending[0] == item.index:
-                        apply(item, pending[1])
-                        pending = next(groups, None)
-                    frames += 1
-                writer.write(item)
-            for _ in groups:  # drain: a tampered record after the video's last frame still counts
-                pass
-            damage = str(reader.damage) if reader.damage is not None else None
-            if damage and not allow_partial:
-                raise StreamdeidError(f"{damage} (pass --partial to write what could be recovered)")
-            ok = True
-        finally:
-            writer.close(success=ok)
-    return RecoverResult(Path(dst), frames, apply.restored, damage, mode, apply.skipped, notes)
-
-
-class _ExactRestore:
-    """Copy each record's stored original pixels back (bit-exact on a lossless video)."""
-
-    def __init__(self) -> None:
-        self.restored = 0
-        self.skipped = 0
-
-    def __call__(self, frame: Frame, records) -> None:
-        self.restored += sum(restore_frame(frame.image, rec) > 0 for rec in records)
-
-
-class _ModelRestore:
-    """X_rec = G(X_ano, P_track) per vault record, pasted back with the run's soft mask."""
-
-    def __init__(self, generator, key, reader: VaultReader, notes: list[str]) -> None:
-        from .blend import face_mask
-        from .config import BlendConfig
-        from .keys import MasterKey
-
-        self.generator = generator
-        self.restored = 0
-        self.skipped = 0
-        self._video_id = reader.video_id
-        self._master = key if isinstance(key, MasterKey) else None
-        self._track_key = None if self._master is not None else key.key_bytes
-        meta = reader.header.get("pipeline") or {}
-        method = meta.get("anonymizer")
-        if method is not None and method != generator.name:
-            raise StreamdeidError(f"{reader.path}: this video was anonymized with {method}, which no model can "
-                                  "invert; model mode needs a dbaf output (use --mode exact)")
-        self._legacy_generated = method == generator.name  # records without the generated flag
-        want = (meta.get("model") or {}).get("sha256")
-        if want and generator.model_path is not None:
-            from .anonymize.dbaf import sha256_file
-
-            if sha256_file(generator.model_path) != want:
-                notes.append(f"{generator.model_path} is not the model file the run used "
-                             f"({meta['model'].get('file')}); unless it holds the same weights in another "
-                             "format, the recovered faces are wrong")
-        blend = BlendConfig()
-        for name, value in (meta.get("blend") or {}).items():  # the run's mask, so the paste covers the same area
-            if hasattr(blend, name):
-                setattr(blend, name, value)
-        self._blend = blend
-        self._align_margin = float(meta.get("align_margin", 0.4))
-        self._masks: dict[int, object] = {}
-        self._face_mask = face_mask
-
-    def _mask(self, size: int):
-        if size not in self._masks:
-            self._masks[size] = self._face_mask(size, self._blend, None, align_margin=self._align_margin)
-        return self._masks[size]
-
-    def _key(self, track_id: int) -> bytes:
-        if self._master is not None:
-            return self._master.track_key(self._video_id, track_id)
-        return self._track_key
-
-    def __call__(self, frame: Frame, records) -> None:
-        from .blend import blend_into, warp_to_frame
-        from .types import FaceContext
-
-        image = frame.image
-        h, w = image.shape[:2]
-        todo = []
-        for rec in records:
-            flags = rec.mask_params
-            generated = bool(flags[2]) if len(flags) >= 3 else self._legacy_generated
-            if not generated:
-                self.skipped += 1
-                continue
-            todo.append(rec)
-        by_size: dict[int, list] = {}
-        for rec in todo:
-            by_size.setdefault(int(rec.crop_size[0]), []).append(rec)
-        for size, recs in by_size.items():
-            crops = np.stack([
-                cv2.warpAffine(image, cv2.invertAffineTransform(rec.inverse), (size, size), flags=cv2.INTER_LINEAR,
-                               borderMode=cv2.BORDER_REPLICATE)
-                for rec in recs
-            ])
-            contexts = [FaceContext(rec.track_id, rec.frame_index, self._key(rec.track_id)) for rec in recs]
-            out = dbaf_recover_crops(self.generator, crops, contexts)
-            mask = self._mask(size)
-            for rec, crop in zip(recs, out):
-                wf = warp_to_frame(crop, rec.inverse, mask, w, h)
-                if wf is not None:
-                    blend_into(image, wf, color_match=True)
-                    self.restored += 1

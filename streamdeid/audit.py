@@ -12,13 +12,17 @@ from .types import FrameResult
 class TrackExporter:
     """Writes a JSONL record per covered face: box, score, state and the method used."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, summary=None) -> None:
+        """``summary``: the run's RunSummary; its ``decisions`` (--keep/--only) are written at close,
+        one ``{"track": id, "decision": {...}}`` line per judged track."""
         self._fh = open(path, "w", encoding="utf-8")
+        self.summary = summary
 
     def __call__(self, result: FrameResult, pasted: list[PastedFace]) -> None:
         methods = {id(p.face): p.method for p in pasted}
+        methods.update((id(f), "kept") for f in result.kept)  # --keep/--only: left visible
         frame = result.frame
-        for face in result.faces:
+        for face in list(result.faces) + list(result.kept):
             record = {
                 "frame": frame.index,
                 "pts": frame.pts,
@@ -33,4 +37,7 @@ class TrackExporter:
             self._fh.write(json.dumps(record) + "\n")
 
     def close(self) -> None:
+        decisions = self.summary.decisions if self.summary is not None else {}
+        for track_id, decision in sorted(decisions.items()):
+            self._fh.write(json.dumps({"track": track_id, "decision": decision}) + "\n")
         self._fh.close()

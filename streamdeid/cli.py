@@ -13,7 +13,16 @@ from pathlib import Path
 import click
 
 from . import __version__
+from .cli_config import (
+    RECOVER_OPTIONS,
+    RUN_OPTIONS,
+    apply_selection,
+    check_anonymizer_options,
+    live_config,
+    pipeline_config,
+)
 from .config import PipelineConfig
+from .registry import BACKENDS, METHODS
 from .types import OutputClosed, StreamdeidError
 
 EXIT_ERROR = 1
@@ -78,9 +87,9 @@ def main(verbose: bool) -> None:
 @click.argument("input", metavar="INPUT")
 @click.option("-o", "--output", type=click.Path(dir_okay=True), help="Output file or folder. Default: <stem>_anonymized.<ext> beside the input.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
-@click.option("--anonymizer", "method", type=click.Choice(["blur", "mosaic", "solid", "dbaf"]), default="blur", show_default=True, help="How faces are replaced. blur/mosaic/solid: classic covers. dbaf: a generated face per person from the shipped 64 px model (or --model), checked by the leak guard; experimental, see docs/MODEL_CARD.md.")
+@click.option("--anonymizer", "method", type=click.Choice(list(METHODS)), default="blur", show_default=True, help="How faces are replaced. blur/mosaic/solid: classic covers. dbaf: a generated face per person from the shipped 64 px model (or --model), checked by the leak guard; experimental, see docs/MODEL_CARD.md.")
 @click.option("--model", "model_path", type=click.Path(dir_okay=False), default=None, help="dbaf: generator file (.onnx for onnxrt, .safetensors for torch, .engine for tensorrt). Default: the shipped weights.")
-@click.option("--backend", type=click.Choice(["onnxrt", "torch", "tensorrt"]), default="onnxrt", show_default=True, help="dbaf: what runs the generator (ONNX Runtime on CPU by default).")
+@click.option("--backend", type=click.Choice(list(BACKENDS)), default="onnxrt", show_default=True, help="dbaf: what runs the generator (ONNX Runtime on CPU by default).")
 @click.option("--leak-threshold", type=click.FloatRange(0.05, 0.363), default=None, help="dbaf: SFace similarity at which the leak guard switches a track to solid fill (default 0.25, stricter than SFace's 0.363 because encoding shifts it; lower is stricter).")
 @click.option("--detect-every", type=click.IntRange(min=1), default=None, help="Run the detector on every N-th frame (and on scene cuts) and track in between. Default 2; 1 with dbaf, whose leak guard needs measured landmarks.")
 @click.option("--detect-size", type=click.IntRange(min=0), default=None, help="Longest side of the image the detector's fast pass sees on every run (0: native). Default 640.")
@@ -107,18 +116,13 @@ def main(verbose: bool) -> None:
 @click.option("--stats-json", type=str, default=None, help="Live: statistics as JSON lines to this file (or - for stderr).")
 @click.option("--stats-interval", type=click.FloatRange(min=0), default=5.0, show_default=True, help="Live: seconds between statistics reports (0: none).")
 @click.option("--stdout-format", type=click.Choice(["mpegts", "matroska"]), default="mpegts", show_default=True, help="Live: container when writing to stdout (-o -).")
-@click.option("--export-tracks", type=click.Path(dir_okay=False), help="Write a JSONL audit log: per frame and track, box, score, state, method.")
+@click.option("--keep", "keep", multiple=True, type=click.Path(exists=True), help="Reference photo (one face) or folder of photos of a person who stays visible; repeatable. Everyone else is anonymized. A track is left visible only after 3 detected frames in a row match (SFace >= 0.6) and is covered again at the first frame that does not.")
+@click.option("--only", "only", multiple=True, type=click.Path(exists=True), help="Reference photo or folder: only people who match are anonymized; repeatable. Everyone else stays visible once 3 detected frames in a row clearly do not match (SFace < 0.3); a track that matches once is anonymized for good, an undecided one is anonymized.")
+@click.option("--export-tracks", type=click.Path(dir_okay=False), help="Write a JSONL audit log: per frame and track, box, score, state, method (kept: left visible by --keep/--only); at the end one line per judged track with its decision and evidence.")
 @click.option("--report", "report", type=click.Path(dir_okay=False), default=None, help="Write a JSON report: per file input, output, vault, status (ok, failed, skipped), error, frames, faces, tracks, seconds; and totals. Written also when files failed.")
 @click.option("--skip-existing", is_flag=True, help="Folder input: resume a run by skipping each file whose output (and, with --key-file, its vault) is complete and verified; an output a crash left incomplete is redone.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
-def run(input: str, output: str | None, overwrite: bool, method: str, model_path: str | None, backend: str,
-        leak_threshold: float | None, detect_every: int | None, detect_size: int | None, min_face: int | None,
-        threshold: float | None, hold: float, lookahead: float, mask: str, mask_margin: float | None,
-        codec: str, crf: int, preset: str, key_file: str | None, new_key: bool, no_vault: bool,
-        vault_quality: str, no_crops: bool,
-        force_live: bool, max_latency: float, segment_time: float | None, max_retries: int, rtsp_transport: str,
-        read_timeout: float, stats_json: str | None, stats_interval: float, stdout_format: str,
-        export_tracks: str | None, report: str | None, skip_existing: bool, no_progress: bool) -> None:
+def run(input: str, **options) -> None:
     """Anonymize every face in INPUT.
 
     INPUT is a video file (mp4, mkv, mov, avi, webm, gif), an image, a folder
@@ -140,51 +144,21 @@ def run(input: str, output: str | None, overwrite: bool, method: str, model_path
     from .folder import FAILED
     from .video.reader import is_live_input
 
-    config = PipelineConfig()
-    config.detect.every = detect_every
-    if detect_size is not None:
-        config.detect.input_size = detect_size
-    if min_face is not None:
-        config.detect.min_face = min_face
-    if threshold is not None:
-        config.detect.score_threshold = threshold
-    config.track.hold_seconds = hold
-    config.lookahead_seconds = lookahead
-    config.anonymize.method = method
-    config.anonymize.model_path = model_path
-    config.anonymize.backend = backend
-    if leak_threshold is not None:
-        config.anonymize.leak_threshold = leak_threshold
-    if method == "dbaf":
-        from .anonymize.dbaf import resolve_model_path
-
-        resolve_model_path(model_path, backend)  # fail before touching any output
-    elif model_path is not None:
-        raise StreamdeidError("--model is for --anonymizer dbaf")
-    if no_crops and method != "dbaf":
-        raise StreamdeidError("--no-crops keeps no face pixels: only --anonymizer dbaf can be recovered from such "
-                              "a vault (recover --mode model)")
-    config.blend.mask = mask
-    if mask_margin is not None:
-        config.blend.margin = mask_margin
-    config.output.codec, config.output.crf, config.output.preset = codec, crf, preset
-    config.output.overwrite = overwrite
-    config.output.vault_quality = vault_quality
-    config.export_tracks = export_tracks
-    config.progress = not no_progress
-    if force_live or (input != "-" and is_live_input(input)):
-        from .live import LiveConfig
-
-        if report is not None or skip_existing:
+    config = pipeline_config(options, RUN_OPTIONS)
+    apply_selection(config, options)
+    check_anonymizer_options(options)
+    key_file, no_crops, report = options["key_file"], options["no_crops"], options["report"]
+    if options["force_live"] or (input != "-" and is_live_input(input)):
+        if report is not None or options["skip_existing"]:
             raise StreamdeidError("--report and --skip-existing are for files and folders, not live feeds")
-        live = LiveConfig(transport=rtsp_transport, read_timeout=read_timeout, max_retries=max_retries,
-                          max_latency=max_latency, segment_time=segment_time, stats_interval=stats_interval,
-                          stats_json=stats_json, stream_container=stdout_format)
-        _run_live(input, output, config, live, key_file=key_file, new_key=new_key, vault=not no_vault)
+        _run_live(input, options["output"], config, live_config(options), key_file=key_file,
+                  new_key=options["new_key"], vault=not options["no_vault"])
         return
-    result = _anonymize_reporting(input, output, config, report, key_file=key_file, new_key=new_key,
-                                  vault=not no_vault, store_crops=not no_crops, skip_existing=skip_existing)
+    result = _anonymize_reporting(input, options["output"], config, report, key_file=key_file,
+                                  new_key=options["new_key"], vault=not options["no_vault"],
+                                  store_crops=not no_crops, skip_existing=options["skip_existing"])
     click.echo(f"streamdeid: {result.summary.line()} ({config.anonymize.method}) -> {result.output}", err=True)
+    model_path = options["model_path"]
     how = (" --mode model" + (f" --model {model_path}" if model_path else "")) if no_crops else ""
     _echo_vault(result, key_file, how)
     if result.files:
@@ -236,8 +210,9 @@ def _echo_folder(files) -> None:
 def _run_live(source: str, output: str | None, config: PipelineConfig, live, *, key_file: str | None,
               new_key: bool, vault: bool) -> None:
     from .api import renderer_for
+    from .keys import run_keys
     from .live import LiveSourceLost, run_live
-    from .recovery import SegmentVaultWriter, pipeline_meta, run_keys, vault_quality
+    from .vault_glue import segment_vault_factory
     from .video.writer import is_stream_output
 
     if output is None:
@@ -246,14 +221,9 @@ def _run_live(source: str, output: str | None, config: PipelineConfig, live, *, 
     # one key per track, and there is no vault.
     keys = run_keys(key_file, new_key=new_key)
     renderer = renderer_for(config, keys)  # loads the model before connecting
-    reversible = renderer.anonymizer.name if getattr(renderer.anonymizer, "reversible", False) else None
     factory = None
     if vault and not keys.ephemeral and not is_stream_output(output):
-        pipeline = pipeline_meta(config, renderer.anonymizer)
-
-        def factory(segment: Path) -> SegmentVaultWriter:
-            return SegmentVaultWriter(keys, segment, reversible=reversible, pipeline=pipeline,
-                                      overwrite=config.output.overwrite, quality=vault_quality(config.output))
+        factory = segment_vault_factory(keys, config, renderer.anonymizer)
     else:
         click.echo("streamdeid: no recovery vault: this output is irreversible", err=True)
     try:
@@ -277,7 +247,7 @@ def _run_live(source: str, output: str | None, config: PipelineConfig, live, *, 
 @click.option("--crf", type=click.IntRange(0, 63), default=18, show_default=True, help="Quality for x264/x265 (0 = lossless).")
 @click.option("--mode", type=click.Choice(["exact", "model"]), default="exact", show_default=True, help="exact: put the stored original pixels back. model (dbaf outputs): regenerate each face with G(x_ano, P) from the track keys; works with --no-crops vaults.")
 @click.option("--model", "model_path", type=click.Path(dir_okay=False), default=None, help="--mode model: the generator the run used. Default: the shipped weights.")
-@click.option("--backend", type=click.Choice(["onnxrt", "torch", "tensorrt"]), default="onnxrt", show_default=True, help="--mode model: what runs the generator.")
+@click.option("--backend", type=click.Choice(list(BACKENDS)), default="onnxrt", show_default=True, help="--mode model: what runs the generator.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 def recover(anonymized: str, output: str, key_file: str, vault: str | None, tracks: tuple[int, ...],
             partial: bool, overwrite: bool, codec: str, crf: int, mode: str, model_path: str | None, backend: str,
@@ -295,9 +265,8 @@ def recover(anonymized: str, output: str, key_file: str, vault: str | None, trac
 
     if mode == "exact" and model_path is not None:
         raise StreamdeidError("--model is for --mode model")
-    config = PipelineConfig()
-    config.output.codec, config.output.crf, config.output.overwrite = codec, crf, overwrite
-    config.progress = not no_progress
+    options = {"codec": codec, "crf": crf, "overwrite": overwrite, "no_progress": no_progress}
+    config = pipeline_config(options, RECOVER_OPTIONS)
     if mode == "model":
         click.echo(f"streamdeid: note: {MODEL_MODE_CAVEAT}", err=True)
     res = do_recover(anonymized, output, key_file=key_file, vault=vault, tracks=list(tracks) or None,

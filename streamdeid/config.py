@@ -133,6 +133,15 @@ class OutputConfig:
 
 
 @dataclass
+class SelectConfig:
+    """``--keep`` / ``--only``: who stays visible (streamdeid/identity/selector.py has the rules and the
+    measured thresholds). ``mode`` None: everyone is anonymized."""
+
+    mode: str | None = None  # "keep" | "only"
+    references: list[str] = field(default_factory=list)  # reference photos or folders of them
+
+
+@dataclass
 class PipelineConfig:
     detect: DetectConfig = field(default_factory=DetectConfig)
     track: TrackConfig = field(default_factory=TrackConfig)
@@ -140,6 +149,7 @@ class PipelineConfig:
     anonymize: AnonymizeConfig = field(default_factory=AnonymizeConfig)
     blend: BlendConfig = field(default_factory=BlendConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
+    select: SelectConfig = field(default_factory=SelectConfig)
     lookahead_seconds: float = 0.5  # file mode: cover a track in the frames before its first detection
     export_tracks: str | None = None  # path of a JSONL audit log, or None
     progress: bool = True

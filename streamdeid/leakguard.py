@@ -33,7 +33,7 @@ import numpy as np
 
 from .align import landmarks_usable
 from .config import AnonymizeConfig
-from .identity.leakcheck import MIN_SFACE_HEIGHT, _changed, blank_face
+from .identity.compare import MIN_SFACE_HEIGHT, blank_face, changed_share
 from .identity.sface import SFACE_MATCH_THRESHOLD, SFace, align_for_sface, cosine
 from .types import StreamdeidError, TrackedFace
 
@@ -103,7 +103,7 @@ class LeakGuard:
                 except ValueError:  # degenerate landmarks
                     crops = None
             if crops is None:
-                changed = _changed(before, after, _inner_points(face))
+                changed = changed_share(before, after, _inner_points(face))
                 verdicts[i] = GuardVerdict(i, changed < MIN_CHANGED, None, None, changed)
                 continue
             sface_idx.append(i)

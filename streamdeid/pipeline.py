@@ -1,193 +1,137 @@
-"""Thin orchestrator: decode -> detect -> track -> look-ahead -> render -> encode.
+"""The pipeline, assembled once: detect -> track -> look-ahead -> render -> emit.
 
-Decoding and encoding run on their own threads, connected to the main thread
-by bounded queues (FFmpeg, OpenCV and ONNX Runtime release the GIL, so on two
-cores the three stages overlap). A file source waits when inference is slow;
-memory stays bounded by the queue sizes plus the look-ahead buffer.
+Every run goes through one ``Pipeline``: a file (api.py), each file of a folder, and a live feed
+(live/runner.py). What differs between them is passed in, not wired again:
+
+    source items --push--> FaceStage (detect + track) --> LookaheadBuffer (back-fill)
+        --admit?--> RenderStage (align, anonymize, paste; observers: vault, audit log)
+        --> emit(result, pasted) (the encoder's queue)
+
+The caller owns the source (a decoding thread, a live queue), the renderer (anonymizer and keys),
+the observers and ``emit``; decoding and encoding threads are in threads.py.
 """
 
 from __future__ import annotations
 
-import logging
-import queue
-import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable
 
-from .config import PipelineConfig, detect_cadence
-from .detect.finder import FaceFinder
+from .config import PipelineConfig
 from .lookahead import LookaheadBuffer
 from .render import FrameRenderer, PastedFace
-from .scenecut import SceneCutDetector
-from .track import FaceTracker
-from .track.camera_motion import CameraMotion
-from .types import Frame, FrameResult, OutputClosed, StreamdeidError
+from .selection import SelectStage
+from .stages import FaceStage, FrameObserver, RenderStage
+from .summary import RunSummary, StageTimes
+from .threads import QUEUE_FRAMES, ThreadedSink, threaded_source
+from .types import Frame, FrameResult
 
-log = logging.getLogger(__name__)
+__all__ = [
+    "QUEUE_FRAMES", "FaceStage", "FrameObserver", "Pipeline", "RenderStage", "RunSummary", "StageTimes",
+    "ThreadedSink", "build_renderer", "process_frames", "threaded_source",
+]
 
-_END = object()  # end-of-stream marker on the queues
-QUEUE_FRAMES = 16  # frames in flight between threads (bounded memory)
-
-
-@dataclass
-class StageTimes:
-    """Accumulated milliseconds per stage (for benchmarks/fps.py)."""
-
-    ms: dict[str, float] = field(default_factory=lambda: dict.fromkeys(
-        ("decode", "detect", "track", "anonymize", "paste", "encode"), 0.0))
-
-    def add(self, stage: str, seconds: float) -> None:
-        self.ms[stage] = self.ms.get(stage, 0.0) + seconds * 1000.0
+#: Where a rendered frame goes: called once per frame, in order, after the observers.
+Emit = Callable[[FrameResult, list[PastedFace]], None]
 
 
-@dataclass
-class RunSummary:
-    frames: int = 0
-    faces: int = 0  # face instances covered (detected + held + backfilled)
-    tracks: int = 0
-    fallbacks: int = 0  # faces covered by solid fill because the anonymizer failed (or its track leaked)
-    leak_fallbacks: int = 0  # tracks the leak guard switched to solid fill (dbaf)
-    smallest_face: float | None = None  # face height (px) the detection passes looked for
-    scans_skipped: int = 0  # detector runs at which a due small-face scan was put off (FaceStage.scan_gate)
-    seconds: float = 0.0
-    interrupted: bool = False
-    times: StageTimes = field(default_factory=StageTimes)
+def build_renderer(config: PipelineConfig, key_for_track: Callable[[int], bytes | None] | None = None) -> FrameRenderer:
+    """The anonymizer ``config`` names, in a renderer (loads the model: call it before any output exists).
+    ``key_for_track``: each track's key (a run's ``RunKeys.for_track``); None: no keys (classic methods)."""
+    from .anonymize import create_anonymizer
 
-    @property
-    def fps(self) -> float:
-        return self.frames / self.seconds if self.seconds > 0 else 0.0
-
-    def line(self) -> str:
-        text = f"{self.frames} frames, {self.faces} faces, {self.tracks} tracks, {self.fps:.1f} fps"
-        if self.smallest_face is not None:
-            text += f", looked for faces from {self.smallest_face:.0f} px"
-        if self.scans_skipped:
-            text += f" (small-face scan put off at {self.scans_skipped} detector runs to keep up)"
-        if self.fallbacks:
-            text += f", {self.fallbacks} faces fell back to solid fill"
-        if self.leak_fallbacks:
-            text += f", leak guard: {self.leak_fallbacks} track(s) switched to solid fill"
-        return text
+    return FrameRenderer(create_anonymizer(config.anonymize), align=config.align, blend=config.blend,
+                         anonymize=config.anonymize, key_for_track=key_for_track)
 
 
-FrameObserver = Callable[[FrameResult, list[PastedFace]], None]
+class Pipeline:
+    """One video's (or live feed's) stages, built once; ``push`` frames in, ``finish`` at the end.
 
-
-class FaceStage:
-    """Detection on every N-th frame plus tracking: turns frames into FrameResults.
-
-    A scene cut always triggers detection, whatever the cadence: the tracker's
-    predictions from the previous shot say nothing about the new one, and a
-    face first seen on a cut cannot be back-filled. With no face in view the
-    detector runs every ``idle_every`` frames instead (the look-ahead covers
-    the frames before a newcomer's first detection). The small-face scan
-    (detect/finder.py) runs on a detector run every ``scan_every`` frames and
-    on every cut; a small face's track is held in between, so the interval is
-    kept under the hold time. The camera's motion is estimated on every frame
-    (track/camera_motion.py, timed as tracking) and handed to the tracker and,
-    on the FrameResult, to the look-ahead.
+    ``lookahead_frames``: None for the file default (``config.lookahead_seconds``); a live run passes
+    less (its latency bound). ``batch_frames``: frames leaving the look-ahead rendered in one anonymizer
+    batch, None for what the anonymizer asks (``Anonymizer.batch_frames``); a live run renders each frame
+    at once (1). ``admit``: asked for each frame leaving the look-ahead; False drops it whole, unrendered
+    and never emitted (a live frame already past its latency bound). ``scan_gate``: see ``FaceStage``.
     """
 
-    def __init__(self, config: PipelineConfig, fps: float, *, guarded: bool = False,
-                 lookahead_frames: int | None = None, scan_gate: Callable[[], bool] | None = None) -> None:
-        """``guarded``: the renderer runs a leak guard (sets the default cadence, see DetectConfig.every).
-        ``lookahead_frames``: the look-ahead buffer behind this stage; when it is too short to back-fill
-        the frames a weak track waits for its confirmation, weak tracks are reported at once.
-        ``scan_gate``: asked before a due small-face scan (live runs: is there time for it?); each refusal
-        is counted in ``scans_skipped`` and the scan is tried again at the next detector run."""
-        self.finder = FaceFinder(config.detect)
-        self.every = detect_cadence(config, guarded)
-        self.idle_every = max(self.every, config.detect.idle_every)
-        hold_frames = round(config.track.hold_seconds * fps)
-        self.scan_every = max(1, min(round(config.detect.scan_every * fps), hold_frames - self.every))
-        track = config.track
-        # Back-fill reaches the frames before a track's second detector run: a small face the fast
-        # pass alone sees between scans waits for its second sighting to be reported (see __call__).
-        self.defer_small = lookahead_frames is None or lookahead_frames >= self.scan_every + self.every
-        if not self.defer_small:
-            track = replace(track, confirm_hits=1)  # privacy first: no frame may wait uncovered
-        self.tracker = FaceTracker(fps=fps, config=track)
-        self.scene_cut = SceneCutDetector()
-        self.camera = CameraMotion() if config.track.camera_motion else None
-        self.smallest_face: float | None = None  # set on the first frame
-        self.scan_gate = scan_gate
-        self.scans_skipped = 0
-        self._countdown = 0  # frames until the next scheduled detection
-        self._since_scan = self.scan_every  # frames since the last small-face scan (scan on the first run)
-
-    def __call__(self, frame: Frame, times: StageTimes, *, force_cut: bool = False) -> FrameResult:
-        t0 = time.perf_counter()
-        cut = self.scene_cut(frame.image) or force_cut
-        if self.smallest_face is None:
-            h, w = frame.image.shape[:2]
-            self.smallest_face = self.finder.smallest_face(w, h)
-        provisional = None
-        if cut or self._countdown <= 0:
-            scan = cut or self._since_scan >= self.scan_every
-            if scan and not cut and self.scan_gate is not None and not self.scan_gate():
-                scan = False
-                self.scans_skipped += 1
-            dets = self.finder.find(frame.image, scan=scan)
-            if not scan and self.defer_small and len(dets):
-                # Under its floor the fast pass also finds "faces" in the gaps of a crowd (a camera
-                # pan over a synthetic crowd: 8 of its 129 boxes on frame 0, none of them found by
-                # the scan) and they flicker. A track such a box starts is reported from its second
-                # detector run, and the look-ahead covers the frames before. (Not left to the scan:
-                # it misses some faces the fast pass finds.)
-                h, w = frame.image.shape[:2]
-                provisional = (dets.boxes[:, 3] - dets.boxes[:, 1]) < self.finder.fast_floor(w, h)
-            if scan:
-                self._since_scan = 0
-            self._countdown = (self.every if len(dets) else self.idle_every) - 1
-        else:
-            dets = None
-            self._countdown -= 1
-        self._since_scan += 1
-        t1 = time.perf_counter()
-        motion = self.camera(frame.image) if self.camera is not None else None
-        if cut:
-            motion = None  # the new shot does not continue the old one
-        faces = self.tracker.update(dets, cut=cut, motion=motion, provisional=provisional)
-        if self.tracker.num_tracks and self._countdown >= self.every:
-            self._countdown = self.every - 1  # a tracked face: back to the tracking cadence
-        times.add("detect", t1 - t0)
-        times.add("track", time.perf_counter() - t1)
-        return FrameResult(frame, faces, scene_cut=cut, motion=motion)
-
-
-class RenderStage:
-    """Render a tracked frame in place, count it into ``summary``, tell the observers."""
-
-    def __init__(self, renderer: FrameRenderer, observers: Iterable[FrameObserver], summary: RunSummary) -> None:
-        self.renderer = renderer
-        self.observers = list(observers)
+    def __init__(self, config: PipelineConfig, renderer: FrameRenderer, *, fps: float, emit: Emit,
+                 summary: RunSummary, observers: Iterable[FrameObserver] = (), lookahead_frames: int | None = None,
+                 batch_frames: int | None = None, admit: Callable[[FrameResult], bool] | None = None,
+                 scan_gate: Callable[[], bool] | None = None) -> None:
+        if lookahead_frames is None:
+            lookahead_frames = round(config.lookahead_seconds * fps)
+        self.buffer = LookaheadBuffer(lookahead_frames)
+        self.faces = FaceStage(config, fps, guarded=renderer.guard is not None,
+                               lookahead_frames=self.buffer.capacity, scan_gate=scan_gate)
+        self.render = RenderStage(renderer, observers, summary)
+        self.select = SelectStage(config.select, fps, finder=self.faces.finder) if config.select.mode else None
         self.summary = summary
-        self.track_ids: set[int] = set()
+        self.emit = emit
+        self.admit = admit
+        # Frames leaving the look-ahead buffer are rendered together, so a batched generator sees the
+        # faces of several frames in one call (1 for classic anonymizers, which gain nothing from it).
+        self.batch_frames = max(1, int(batch_frames or renderer.anonymizer.batch_frames))
+        self._pending: list[FrameResult] = []
 
-    def __call__(self, result: FrameResult) -> list[PastedFace]:
-        return self.many([result])[0]
+    def push(self, frame: Frame, *, force_cut: bool = False) -> None:
+        """Detect and track ``frame``; render and emit whatever leaves the look-ahead buffer.
+        ``force_cut``: treat it as a scene cut (a live feed's first frame after a gap)."""
+        result = self.faces(frame, self.summary.times, force_cut=force_cut)
+        if self.select is not None:
+            t0 = time.perf_counter()
+            self.select.observe(result)  # on the original pixels, before the look-ahead holds them
+            self.summary.times.add("select", time.perf_counter() - t0)
+        for ready in self.buffer.push(result):
+            self._take(ready)
 
-    def many(self, results: list[FrameResult]) -> list[list[PastedFace]]:
-        """Render frames with one anonymizer batch (``FrameRenderer.render_many``)."""
-        t0, paste0 = time.perf_counter(), self.renderer.paste_seconds
-        pasted = self.renderer.render_many(results)
-        paste = self.renderer.paste_seconds - paste0
-        self.summary.times.add("anonymize", time.perf_counter() - t0 - paste)  # align + anonymize
-        self.summary.times.add("paste", paste)
-        for result, p in zip(results, pasted):
-            self.summary.frames += 1
-            self.summary.faces += len(result.faces)
-            self.track_ids.update(f.track_id for f in result.faces)
-            for obs in self.observers:
-                obs(result, p)
-        return pasted
+    def drain(self) -> None:
+        """Render and emit every frame the look-ahead buffer holds (end of input, or a gap in a live
+        feed: no back-fill across it)."""
+        for ready in self.buffer.drain():
+            self._take(ready)
+        if self._pending:
+            self._flush()
 
-    def close(self) -> None:
-        """Final counts into the summary."""
-        self.summary.tracks = len(self.track_ids)
-        self.summary.fallbacks = self.renderer.fallbacks
-        self.summary.leak_fallbacks = self.renderer.leak_fallbacks
+    def finish(self) -> None:
+        """``drain``, then the run's final counts into the summary."""
+        try:
+            self.drain()
+        finally:
+            self.render.close()
+            self.summary.smallest_face = self.faces.smallest_face
+            if self.select is not None:
+                self.summary.selection = self.select.line()
+                self.summary.decisions = {t: ev.summary() for t, ev in self.select.selector.tracks.items()}
+            self.summary.scans_skipped = self.faces.scans_skipped
+
+    def run(self, items: Iterable[object], passthrough: Callable[[object], None]) -> None:
+        """Push every Frame of ``items``; hand anything else (audio packets) to ``passthrough`` as it comes.
+        Raises KeyboardInterrupt through, after rendering and emitting every frame already taken."""
+        try:
+            for item in items:
+                if isinstance(item, Frame):
+                    self.push(item)
+                else:
+                    passthrough(item)
+        finally:
+            # Normal end, error or Ctrl-C: frames already decoded are still covered
+            # and written, so a partial output holds everything processed so far.
+            self.finish()
+
+    def _take(self, result: FrameResult) -> None:
+        if self.admit is not None and not self.admit(result):
+            return
+        self._pending.append(result)
+        if len(self._pending) >= self.batch_frames:
+            self._flush()
+
+    def _flush(self) -> None:
+        # Cleared only once emitted: on Ctrl-C during the render, ``finish`` renders and emits them again.
+        if self.select is not None:
+            for result in self._pending:
+                self.select.split(result)  # with all the evidence gathered so far (look-ahead included)
+        for result, pasted in zip(self._pending, self.render.many(self._pending)):
+            self.emit(result, pasted)
+        self._pending.clear()
 
 
 def process_frames(
@@ -200,153 +144,7 @@ def process_frames(
     observers: Iterable[FrameObserver] = (),
     summary: RunSummary,
 ) -> None:
-    """Run detect/track/look-ahead/render over ``items`` (Frames and pass-through packets).
-
-    Non-frame items (audio packets) are handed to ``emit`` as they come; frames
-    are emitted in order once rendered. Raises KeyboardInterrupt through, after
-    rendering and emitting every frame already taken from ``items``.
-    """
-    buffer = LookaheadBuffer(round(config.lookahead_seconds * fps))
-    stage = FaceStage(config, fps, guarded=renderer.guard is not None, lookahead_frames=buffer.capacity)
-    render = RenderStage(renderer, observers, summary)
-    # Frames leaving the look-ahead buffer are rendered together, so a batched
-    # generator sees the faces of several frames in one call (1 for classic
-    # anonymizers, which gain nothing from it).
-    batch_frames = max(1, int(getattr(renderer.anonymizer, "batch_frames", 1)))
-    pending: list[FrameResult] = []
-
-    def flush() -> None:
-        render.many(pending)
-        for result in pending:
-            emit(result.frame)
-        pending.clear()
-
-    def finish(result: FrameResult) -> None:
-        pending.append(result)
-        if len(pending) >= batch_frames:
-            flush()
-
-    try:
-        for item in items:
-            if not isinstance(item, Frame):
-                emit(item)
-                continue
-            for ready in buffer.push(stage(item, summary.times)):
-                finish(ready)
-    finally:
-        # Normal end, error or Ctrl-C: frames already decoded are still covered
-        # and written, so a partial output holds everything processed so far.
-        for ready in buffer.drain():
-            finish(ready)
-        if pending:
-            flush()
-        render.close()
-        summary.smallest_face = stage.smallest_face
-        summary.scans_skipped = stage.scans_skipped
-
-
-class _Worker(threading.Thread):
-    """A daemon thread that records the exception that ended it."""
-
-    def __init__(self, target: Callable[[], None], name: str) -> None:
-        super().__init__(name=name, daemon=True)
-        self._target_fn = target
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            self._target_fn()
-        except BaseException as exc:  # re-raised on the main thread
-            self.error = exc
-
-
-def threaded_source(source: Iterable[object], stop: threading.Event, times: StageTimes) -> Iterator[object]:
-    """Decode on a background thread; yield its items on the caller's thread."""
-    q: queue.Queue = queue.Queue(maxsize=QUEUE_FRAMES)
-
-    def produce() -> None:
-        try:
-            it = iter(source)
-            while not stop.is_set():
-                t0 = time.perf_counter()
-                try:
-                    item = next(it)
-                except StopIteration:
-                    break
-                times.add("decode", time.perf_counter() - t0)
-                while not stop.is_set():
-                    try:
-                        q.put(item, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-        finally:
-            q.put(_END)
-
-    worker = _Worker(produce, "streamdeid-decode")
-    worker.start()
-    try:
-        while True:
-            item = q.get()
-            if item is _END:
-                break
-            yield item
-    finally:
-        stop.set()
-        while worker.is_alive():  # unblock a producer waiting on a full queue
-            try:
-                q.get(timeout=0.05)
-            except queue.Empty:
-                pass
-        worker.join()
-    if worker.error is not None:
-        raise worker.error
-
-
-class ThreadedSink:
-    """Encode/mux on a background thread; ``put`` blocks when the encoder lags."""
-
-    def __init__(self, write: Callable[[object], None], times: StageTimes) -> None:
-        self._q: queue.Queue = queue.Queue(maxsize=QUEUE_FRAMES)
-        self._write = write
-        self._times = times
-        self._worker = _Worker(self._consume, "streamdeid-encode")
-        self._worker.start()
-
-    def _consume(self) -> None:
-        while True:
-            item = self._q.get()
-            if item is _END:
-                return
-            t0 = time.perf_counter()
-            self._write(item)
-            self._times.add("encode", time.perf_counter() - t0)
-
-    def put(self, item: object) -> None:
-        while True:
-            if self._worker.error is not None:
-                if isinstance(self._worker.error, OutputClosed):
-                    raise self._worker.error
-                raise StreamdeidError(f"encoding failed: {self._worker.error}")
-            try:
-                self._q.put(item, timeout=0.1)
-                return
-            except queue.Full:
-                continue
-
-    def close(self) -> None:
-        """Wait for every queued item to be written; re-raise an encoder error."""
-        while self._worker.is_alive():  # the encoder may die while the queue is full
-            try:
-                self._q.put(_END, timeout=0.1)
-                break
-            except queue.Full:
-                continue
-        self._worker.join()
-        if self._worker.error is not None:
-            err = self._worker.error
-            if isinstance(err, StreamdeidError):
-                raise err
-            if isinstance(err, OutputClosed):
-                raise err
-            raise StreamdeidError(f"encoding failed: {err}") from err
+    """``Pipeline.run`` over ``items`` (Frames and pass-through packets), every item to ``emit`` in order."""
+    pipeline = Pipeline(config, renderer, fps=fps, emit=lambda result, _pasted: emit(result.frame),
+                        observers=observers, summary=summary)
+    pipeline.run(items, emit)

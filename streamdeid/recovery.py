@@ -1,204 +1,41 @@
-"""Exact recovery: record what each paste changed, and put it back with a key.
+"""Exact recovery: put back, with a key, what each paste changed.
 
-At run time ``VaultRecorder`` stores, per anonymized face, the frame
-rectangle the paste touched, the original pixels there, and which of them
-this face *owns* (the alpha channel of a BGRA crop, stored exactly; pixels
-outside the face's own mask are zeroed before they reach the vault's crop
-codec, so a track key never reveals a neighbour's face). At recover
-time ``restore_frame`` copies the owned original pixels back, so with a
-lossless anonymized video the face regions come back bit-identical.
+What a run records is vault_glue.py (``VaultRecorder``: per face, the touched rectangle, its original
+pixels and which of them the face owns). At recover time ``restore_frame`` copies the owned original
+pixels back, so with a lossless anonymized video the face regions come back bit-identical. The run's
+keys are keys/run.py; both are re-exported here for the callers that import them from this module.
 """
 
 from __future__ import annotations
 
-import logging
 import queue
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from .config import OutputConfig
-from .keys import KeyFile, MasterKey, load_key, new_video_id, track_key
-from .render import PastedFace
-from .types import Frame, FrameResult, StreamdeidError
-from .video.encoding import is_lossless
-from .vault import VaultReader, VaultRecord, VaultWriter, source_fingerprint
+from .keys import KeyFile, RunKeys, load_key, run_keys
+from .types import StreamdeidError
+from .vault import VaultReader, VaultRecord
+from .vault_glue import (
+    VIDEO_ID_PREFIX,
+    VIDEO_ID_TAG,
+    SegmentVaultWriter,
+    VaultRecorder,
+    open_vault_writer,
+    pipeline_meta,
+    read_video_id_tag,
+    vault_path_for,
+    vault_quality,
+    video_id_tag,
+)
 
-log = logging.getLogger(__name__)
-
-VIDEO_ID_TAG = "comment"  # container tag that names the vault's video id in the output
-VIDEO_ID_PREFIX = "streamdeid-video-id:"
-
-
-def vault_path_for(output: Path) -> Path:
-    return output.with_name(output.name + ".sdv")
-
-
-def video_id_tag(video_id: bytes) -> dict[str, str]:
-    return {VIDEO_ID_TAG: VIDEO_ID_PREFIX + video_id.hex()}
-
-
-def read_video_id_tag(metadata: dict[str, str]) -> str | None:
-    for key, value in metadata.items():
-        if key.lower() == VIDEO_ID_TAG and value.startswith(VIDEO_ID_PREFIX):
-            return value[len(VIDEO_ID_PREFIX):]
-    return None
-
-
-@dataclass
-class RunKeys:
-    """The keys of one run: a master key (from the user's file, or ephemeral) and a video id."""
-
-    master: MasterKey | bytes
-    video_id: bytes
-    ephemeral: bool  # True: the master was drawn for this run and never stored (irreversible)
-
-    def for_track(self, track_id: int) -> bytes:
-        return track_key(self.master, self.video_id, track_id)
-
-    def for_next_video(self) -> "RunKeys":
-        """Same master, a fresh video id (each video of a folder gets its own)."""
-        return RunKeys(self.master, new_video_id(), self.ephemeral)
-
-
-def run_keys(key_file: str | None, *, new_key: bool = False) -> RunKeys:
-    """Keys for ``run``: the master from ``key_file`` (created with ``new_key``), or an ephemeral one."""
-    import secrets
-
-    from .keys import generate_master_key
-
-    if key_file is None:
-        return RunKeys(secrets.token_bytes(32), new_video_id(), ephemeral=True)
-    path = Path(key_file)
-    if not path.exists():
-        if not new_key:
-            raise StreamdeidError(f"{key_file}: no such key file (create one with `streamdeid keygen {key_file}`"
-                                  " or pass --new-key)")
-        master = generate_master_key(path)
-        log.warning("created a new master key in %s: keep it safe, it is the only way to recover faces", path)
-    else:
-        master = load_key(path)
-    if not isinstance(master, MasterKey):
-        raise StreamdeidError(f"{key_file} is a track key; run needs a master key")
-    return RunKeys(master, new_video_id(), ephemeral=False)
-
-
-class VaultRecorder:
-    """Observer for ``process_frames``: appends one vault record per pasted face.
-
-    ``mask_params`` of a record: (roi x, roi y, generated) where ``generated``
-    is 1.0 when the face was made by the reversible anonymizer ``reversible``
-    (dbaf: model-mode recovery applies) and 0.0 otherwise (solid fallback, blur).
-    """
-
-    def __init__(self, writer: VaultWriter, reversible: str | None = None) -> None:
-        self.writer = writer
-        self.reversible = reversible
-
-    def __call__(self, result: FrameResult, pasted: list[PastedFace]) -> None:
-        self.record(result.frame, pasted)
-
-    def record(self, frame: Frame, pasted: list[PastedFace]) -> None:
-        self.writer.advance(frame.index)  # closes the open chunk group on time, faces or not
-        for p in pasted:
-            generated = 1.0 if self.reversible is not None and p.method == self.reversible else 0.0
-            self.writer.append(
-                p.face.track_id, frame.index, frame.pts, p.aligned.inverse, len(p.aligned.crop),
-                _owned_bgra(p.original, p.owned) if self.writer.store_crops else None,
-                mask_params=(float(p.roi[0]), float(p.roi[1]), generated),
-            )
-
-
-class SegmentVaultWriter:
-    """One vault per live recording segment (``live.outputs.SegmentVault``).
-
-    Each segment is a video of its own: a fresh video id (tagged into the
-    segment file), frame indices from the segment's first frame, and its
-    vault beside it, so ``streamdeid recover SEGMENT`` works on any segment.
-    """
-
-    def __init__(self, keys: RunKeys, segment: Path, *, overwrite: bool,
-                 reversible: str | None = None, pipeline: dict | None = None, quality: str = "high") -> None:
-        self.keys = keys.for_next_video()
-        self.path = vault_path_for(segment)
-        if self.path.exists() and not overwrite:
-            raise StreamdeidError(f"{self.path} exists; pass --overwrite to replace it")
-        writer = open_vault_writer(self.path, self.keys, source="-", output=segment, store_crops=True,
-                                   overwrite=overwrite, pipeline=pipeline, quality=quality)
-        self._recorder = VaultRecorder(writer, reversible)
-        self.metadata = video_id_tag(self.keys.video_id)
-
-    def record(self, index: int, frame: Frame, pasted: list[PastedFace]) -> None:
-        self._recorder.record(frame, pasted)
-
-    def close(self, segment: Path, success: bool) -> None:
-        """Finish the vault; keep it beside the segment's final (or partial) file."""
-        writer = self._recorder.writer
-        if success:
-            writer.close()
-        else:
-            writer.abort()
-        target = vault_path_for(segment)
-        if target != self.path:
-            self.path.rename(target)
-            self.path = target
-
-
-def open_vault_writer(path: Path, keys: RunKeys, *, source: str, output: Path, store_crops: bool,
-                      overwrite: bool, pipeline: dict | None = None, quality: str = "high",
-                      fps: float | None = None) -> VaultWriter:
-    """``pipeline``: clear-text settings model-mode recovery needs to redo the paste
-    (anonymizer, model hash, crop size, align margin, blend mask); nothing secret.
-    ``quality``: the crop codec (vault.crops.QUALITIES); chunks hold about a second of ``fps``."""
-    meta = {"video_id": keys.video_id.hex(), "output": output.name}
-    if source != "-" and Path(source).is_file():
-        meta["source_fingerprint"] = source_fingerprint(source, keys.master)
-    if pipeline:
-        meta["pipeline"] = pipeline
-    chunk_frames = 25
-    if fps and fps > 0:
-        meta["fps"] = round(float(fps), 6)
-        chunk_frames = max(1, min(240, round(fps)))
-    return VaultWriter(path, meta, keys.master, store_crops=store_crops, overwrite=overwrite, quality=quality,
-                       chunk_frames=chunk_frames)
-
-
-def vault_quality(output: OutputConfig) -> str:
-    """The vault's crop codec: ``output.vault_quality``, where "auto" means lossless for a lossless
-    output (recovery stays bit-exact) and "high" otherwise."""
-    if output.vault_quality != "auto":
-        return output.vault_quality
-    return "lossless" if is_lossless(output) else "high"
-
-
-def pipeline_meta(config, anonymizer) -> dict:
-    """What ``recover --mode model`` needs from the run, for the vault header."""
-    from dataclasses import asdict
-
-    meta = {
-        "anonymizer": getattr(anonymizer, "name", config.anonymize.method),
-        "crop_size": config.align.crop_size,
-        "align_margin": config.align.margin,
-        "blend": asdict(config.blend),
-    }
-    model_path = getattr(anonymizer, "model_path", None)
-    if model_path is not None:
-        from .anonymize.dbaf import sha256_file
-
-        meta["model"] = {"file": Path(model_path).name, "sha256": sha256_file(model_path),
-                         "backend": getattr(anonymizer, "backend_name", config.anonymize.backend)}
-    return meta
-
-
-def _owned_bgra(original: np.ndarray, owned: np.ndarray) -> np.ndarray:
-    """[h, w, 3] original + [h, w] bool -> [h, w, 4] BGRA with unowned pixels zeroed."""
-    bgra = np.zeros(original.shape[:2] + (4,), np.uint8)
-    bgra[owned, :3] = original[owned]
-    bgra[owned, 3] = 255
-    return bgra
+__all__ = [
+    "VIDEO_ID_PREFIX", "VIDEO_ID_TAG", "RunKeys", "SegmentVaultWriter", "VaultRecorder", "load_recovery_key",
+    "open_vault_writer", "pipeline_meta", "prefetch", "read_video_id_tag", "records_by_frame", "restore_frame", "run_keys",
+    "vault_path_for", "vault_quality", "video_id_tag",
+]
 
 
 def restore_frame(image: np.ndarray, record: VaultRecord) -> int:

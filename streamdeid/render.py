@@ -19,6 +19,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import cv2
 import numpy as np
@@ -29,6 +30,9 @@ from .anonymize.classic import SolidAnonymizer
 from .blend import WarpedFace, blend_into, face_mask, mask_support, paste_roi, warp_to_frame
 from .config import AlignConfig, AnonymizeConfig, BlendConfig
 from .types import AlignedFace, FaceContext, FrameResult, TrackedFace
+
+if TYPE_CHECKING:
+    from .leakguard import LeakGuard
 
 log = logging.getLogger(__name__)
 
@@ -67,14 +71,8 @@ FALLBACK = "solid-fallback"  # PastedFace.method of a face covered by solid fill
 class FrameRenderer:
     """Aligns, anonymizes (one batch per frame) and pastes back every face.
 
-    Anonymizers may declare (class attributes, all optional):
-    ``needs_leak_guard`` -- run :class:`~streamdeid.leakguard.LeakGuard` on their
-    output (``AnonymizeConfig.leak_guard`` can turn it off); ``color_match`` --
-    match pasted colours to the frame; ``persistent_fallback`` (default: the
-    same as ``needs_leak_guard``) -- a track whose batch failed stays on solid
-    fill for the rest of the run instead of flickering between the two;
-    ``scale_free`` -- the anonymizer looks the same at any crop size, so small
-    faces get small crops (``_crop_side``) instead of ``AlignConfig.crop_size``.
+    What it reads of the anonymizer is declared by ``streamdeid.anonymize.Anonymizer``: the leak guard
+    (``needs_leak_guard``), colour matching, a persistent fallback and small crops (``scale_free``).
     """
 
     def __init__(
@@ -85,10 +83,10 @@ class FrameRenderer:
         blend: BlendConfig,
         anonymize: AnonymizeConfig,
         key_for_track: Callable[[int], bytes | None] | None = None,
-        guard=None,
+        guard: LeakGuard | None = None,
     ) -> None:
-        """``guard``: a :class:`~streamdeid.leakguard.LeakGuard` to use, False for none, None for
-        the default (one when the anonymizer declares ``needs_leak_guard``)."""
+        """``guard``: the :class:`~streamdeid.leakguard.LeakGuard` to use; None for the default, one when the
+        anonymizer declares ``needs_leak_guard`` and ``anonymize.leak_guard`` is on (off: no guard)."""
         self.anonymizer = anonymizer
         self.align_cfg = align
         self.key_for_track = key_for_track or (lambda _tid: None)
@@ -98,15 +96,14 @@ class FrameRenderer:
         # Classic anonymizers work relative to the crop (blur sigma and mosaic cells in crop units),
         # so a small face gets a small crop: the warps, the fill and the blur cost what its pixels
         # cost, not a 128 px crop each (a crowd has hundreds of 15-40 px faces).
-        self.scale_free = bool(getattr(anonymizer, "scale_free", False))
-        self.color_match = bool(getattr(anonymizer, "color_match", False))
-        guarded = bool(getattr(anonymizer, "needs_leak_guard", False))
-        self.persistent = bool(getattr(anonymizer, "persistent_fallback", guarded))
-        if guard is None and guarded and anonymize.leak_guard:
+        self.scale_free = bool(anonymizer.scale_free)
+        self.color_match = bool(anonymizer.color_match)
+        self.persistent = bool(anonymizer.persistent_fallback)
+        if guard is None and anonymizer.needs_leak_guard and anonymize.leak_guard:
             from .leakguard import LeakGuard
 
             guard = LeakGuard(anonymize)
-        self.guard = guard or None  # guard=False: none, whatever the anonymizer declares
+        self.guard = guard
         self.solid_tracks: set[int] = set()  # tracks on solid fill for good (leak or generator error)
         self.fallbacks = 0  # faces covered by solid fill because the anonymizer failed or leaked
         self.paste_seconds = 0.0  # time spent pasting back (warp + blend), for stage timings

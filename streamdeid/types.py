@@ -164,3 +164,4 @@ class FrameResult:
     scene_cut: bool = False  # the picture changed wholesale since the previous frame
     # [2, 3] camera motion from the previous frame to this one (track/camera_motion.py); None: none known
     motion: np.ndarray | None = None
+    kept: list[TrackedFace] = field(default_factory=list)  # --keep/--only: faces left visible (not rendered)

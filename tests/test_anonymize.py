@@ -8,6 +8,7 @@ import pytest
 from streamdeid.anonymize import (
     REGISTRY,
     Anonymizer,
+    AnonymizerBase,
     BlurAnonymizer,
     MosaicAnonymizer,
     SolidAnonymizer,
@@ -101,7 +102,7 @@ def test_registry_and_errors():
     with pytest.raises(StreamdeidError):
         MosaicAnonymizer(AnonymizeConfig(mosaic_cells=0))
 
-    class Invert:
+    class Invert(AnonymizerBase):
         name = "invert"
 
         def __init__(self, cfg):

@@ -461,3 +461,25 @@ def test_fuzz_sample_no_traceback_hang_or_half_output(tmp_path: Path, media: Pat
     result = run_cases(len(MUTATIONS), seed=7, out_dir=tmp_path, timeout=120, verbose=False)
     assert not result["bad"], result["bad"]
     assert sum(sum(c.values()) for c in result["counts"].values()) == len(MUTATIONS)
+
+
+def test_option_tables_name_real_options_and_fields() -> None:
+    """cli_config's tables: each entry is an option of its command and a field of its config; an option
+    given on the command line lands on its field, one left out keeps the field's default."""
+    import dataclasses
+
+    from streamdeid import cli
+    from streamdeid.cli_config import LIVE_OPTIONS, RECOVER_OPTIONS, RUN_OPTIONS, live_config, pipeline_config
+    from streamdeid.config import PipelineConfig
+    from streamdeid.live import LiveConfig
+
+    run_params = {p.name for p in cli.run.params}
+    assert set(RUN_OPTIONS) | set(LIVE_OPTIONS) <= run_params
+    assert set(RECOVER_OPTIONS) <= {p.name for p in cli.recover.params}
+    assert set(LIVE_OPTIONS.values()) <= {f.name for f in dataclasses.fields(LiveConfig)}
+    ctx = cli.run.make_context("run", ["in.mp4", "--threshold", "0.4", "--mask-margin", "0.2", "--crf", "0",
+                                       "--no-progress", "--segment-time", "5"])
+    config, default = pipeline_config(ctx.params, RUN_OPTIONS), PipelineConfig()
+    assert (config.detect.score_threshold, config.blend.margin, config.output.crf) == (0.4, 0.2, 0)
+    assert config.detect.min_face == default.detect.min_face and config.detect.every is None
+    assert config.progress is False and live_config(ctx.params).segment_time == 5

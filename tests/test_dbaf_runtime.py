@@ -11,13 +11,21 @@ import importlib.util
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import cv2
 import numpy as np
 import pytest
 
-from streamdeid.anonymize import REGISTRY, DBAFAnonymizer, SolidAnonymizer, dbaf_recover_crops, register_anonymizer
+from streamdeid.anonymize import (
+    REGISTRY,
+    AnonymizerBase,
+    DBAFAnonymizer,
+    SolidAnonymizer,
+    dbaf_recover_crops,
+    register_anonymizer,
+)
 from streamdeid.config import PipelineConfig
 from streamdeid.keys import kria_vector, track_key
 from streamdeid.pipeline import RunSummary
@@ -174,8 +182,8 @@ def test_generator_error_falls_back_to_solid_per_track(caplog) -> None:
     gen = _Exploding()
     anon = DBAFAnonymizer(generator=gen)
     keys = {1: b"\x01" * 32}
-    renderer = FrameRenderer(anon, align=cfg.align, blend=cfg.blend, anonymize=cfg.anonymize,
-                             key_for_track=keys.get, guard=False)
+    no_guard = replace(cfg.anonymize, leak_guard=False)
+    renderer = FrameRenderer(anon, align=cfg.align, blend=cfg.blend, anonymize=no_guard, key_for_track=keys.get)
     img = np.random.default_rng(1).integers(0, 255, (240, 320, 3), dtype=np.uint8)
     pasted = renderer.render(FrameResult(Frame(0, img, 0, None), [TrackedFace(1, BOX, LM, 0.9)]))
     assert [p.method for p in pasted] == ["solid-fallback"]
@@ -189,7 +197,7 @@ def test_generator_error_falls_back_to_solid_per_track(caplog) -> None:
     assert "2 faces fell back to solid fill" in RunSummary(frames=2, fallbacks=renderer.fallbacks).line()
 
 
-class _Identity:
+class _Identity(AnonymizerBase):
     """An 'anonymizer' that keeps the face, and asks for the leak guard."""
 
     name = "identity-test"

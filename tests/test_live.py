@@ -8,10 +8,7 @@ UDP: the only transport that server has). Every wait is bounded.
 
 from __future__ import annotations
 
-import random
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -24,18 +21,18 @@ import numpy as np
 import pytest
 
 from browser import header_facts
+from devtools.rtsp import SERVER, Publisher, RtspServer, rss_kb
 from streamdeid.config import PipelineConfig
 from streamdeid.live import LiveConfig, LiveSource, LiveSourceLost, live_lookahead_frames, run_live, segment_path
 from streamdeid.live.fresh import END, FreshQueue
-from streamdeid.live.publish import publish_loop, read_stamp, stamp_time
-from streamdeid.live.runner import default_renderer
+from streamdeid.live.publish import read_stamp, stamp_time
 from streamdeid.live.source import Discontinuity, _Timeline
+from streamdeid.pipeline import build_renderer
 from streamdeid.types import Frame, StreamdeidError
 from streamdeid.video.reader import open_source
 
 from conftest import MEDIA  # noqa: E402
 CLIP = MEDIA / "short_hamilton_clip.mp4"
-SERVER = shutil.which("rtsp-server-perl")
 
 needs_media = pytest.mark.skipif(not CLIP.exists(), reason=f"shared media not found: {CLIP}")
 needs_server = pytest.mark.skipif(
@@ -186,86 +183,6 @@ def test_stdin_to_stdout_mpegts(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------ RTSP fixtures
-def _free_tcp_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _free_udp_base(count: int = 40) -> int:
-    for _ in range(50):
-        base = random.randrange(30000, 60000, 2)
-        try:
-            socks = []
-            for p in range(base, base + count):
-                s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-                socks.append(s)
-                s.bind(("127.0.0.1", p))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no free UDP port range")
-
-
-class RtspServer:
-    """rtsp-server-perl on loopback: publishers on ``source_port``, viewers on ``client_port``."""
-
-    def __init__(self, log_dir: Path) -> None:
-        self.client_port, self.source_port = _free_tcp_port(), _free_tcp_port()
-        self.rtp_base = _free_udp_base()
-        self.log_dir = log_dir
-        self.proc: subprocess.Popen | None = None
-        self.starts = 0
-
-    def url(self, path: str = "cam") -> str:
-        return f"rtsp://127.0.0.1:{self.client_port}/{path}"
-
-    def publish_url(self, path: str = "cam") -> str:
-        return f"rtsp://127.0.0.1:{self.source_port}/{path}"
-
-    def start(self) -> None:
-        self.starts += 1
-        log = (self.log_dir / f"rtsp-server-{self.starts}.log").open("w")
-        self.proc = subprocess.Popen(
-            [SERVER, "-c", str(self.client_port), "-s", str(self.source_port),
-             "--client_listen_address", "127.0.0.1", "--source_listen_address", "127.0.0.1",
-             "--rtp_start_port", str(self.rtp_base + 20 * (self.starts % 2)), "-l", "1"],
-            stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", self.source_port), timeout=0.5).close()
-                return
-            except OSError:
-                if self.proc.poll() is not None:
-                    break
-                time.sleep(0.05)
-        raise RuntimeError(f"rtsp-server-perl did not start: see {log.name}")
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-        self.proc = None
-
-
-class Publisher:
-    """A looping camera stand-in on a thread (bounded by ``seconds``)."""
-
-    def __init__(self, url: str, seconds: float, stamp: bool = False) -> None:
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=publish_loop, args=(str(CLIP), url, seconds, self.stop),
-                                       kwargs={"transport": "udp", "stamp": stamp}, daemon=True)
-        self.thread.start()
-
-    def end(self) -> None:
-        self.stop.set()
-        self.thread.join(timeout=15)
-
-
 @pytest.fixture
 def rtsp_server(tmp_path: Path):
     server = RtspServer(tmp_path)
@@ -367,10 +284,10 @@ def _leaks(originals: dict[int, np.ndarray], outputs: dict[int, np.ndarray]) -> 
 @needs_server
 @needs_media
 def test_rtsp_segments_playable_monotonic_faces_covered(rtsp_server: RtspServer, tmp_path: Path) -> None:
-    pub = Publisher(rtsp_server.publish_url(), seconds=25)
+    pub = Publisher(rtsp_server.publish_url(), CLIP, seconds=25)
     try:
         _wait_for_stream(rtsp_server.url())
-        keep = _KeepOriginals(default_renderer(_config()))
+        keep = _KeepOriginals(build_renderer(_config()))
         opened, closed = [], []
         summary = run_live(rtsp_server.url(), str(tmp_path / "rec.mp4"), _config(),
                            _live(segment_time=3.0, stop_after=8.0, stats_json=str(tmp_path / "stats.jsonl")),
@@ -405,7 +322,7 @@ def test_rtsp_segments_playable_monotonic_faces_covered(rtsp_server: RtspServer,
 @needs_server
 @needs_media
 def test_live_segment_plays_in_browser(rtsp_server: RtspServer, tmp_path: Path, browser) -> None:
-    pub = Publisher(rtsp_server.publish_url(), seconds=15)
+    pub = Publisher(rtsp_server.publish_url(), CLIP, seconds=15)
     try:
         _wait_for_stream(rtsp_server.url())
         summary = run_live(rtsp_server.url(), str(tmp_path / "rec.mp4"), _config(),
@@ -424,7 +341,7 @@ def test_live_segment_plays_in_browser(rtsp_server: RtspServer, tmp_path: Path, 
 @needs_server
 @needs_media
 def test_rtsp_server_restart_reconnects(rtsp_server: RtspServer, tmp_path: Path) -> None:
-    pub = Publisher(rtsp_server.publish_url(), seconds=30)
+    pub = Publisher(rtsp_server.publish_url(), CLIP, seconds=30)
     times: list[tuple[float, int]] = []
     events: dict[str, float] = {}
 
@@ -436,7 +353,7 @@ def test_rtsp_server_restart_reconnects(rtsp_server: RtspServer, tmp_path: Path)
         time.sleep(2.0)
         rtsp_server.start()
         events["restart"] = time.monotonic()
-        events["pub"] = Publisher(rtsp_server.publish_url(), seconds=20)
+        events["pub"] = Publisher(rtsp_server.publish_url(), CLIP, seconds=20)
 
     try:
         _wait_for_stream(rtsp_server.url())
@@ -467,7 +384,7 @@ def test_rtsp_server_restart_reconnects(rtsp_server: RtspServer, tmp_path: Path)
 @needs_server
 @needs_media
 def test_rtsp_slow_processing_drops_whole_frames_within_latency(rtsp_server: RtspServer, tmp_path: Path) -> None:
-    pub = Publisher(rtsp_server.publish_url(), seconds=20)
+    pub = Publisher(rtsp_server.publish_url(), CLIP, seconds=20)
     try:
         _wait_for_stream(rtsp_server.url())
         slow = lambda _r, _p: time.sleep(0.06)  # noqa: E731  ~15 fps of processing for a 30 fps camera
@@ -485,7 +402,7 @@ def test_rtsp_slow_processing_drops_whole_frames_within_latency(rtsp_server: Rts
 @needs_server
 @needs_media
 def test_rtsp_push_output(rtsp_server: RtspServer, tmp_path: Path) -> None:
-    pub = Publisher(rtsp_server.publish_url(), seconds=25)
+    pub = Publisher(rtsp_server.publish_url(), CLIP, seconds=25)
     got: list[int] = []
     try:
         _wait_for_stream(rtsp_server.url())
@@ -515,7 +432,7 @@ def test_rtsp_push_output(rtsp_server: RtspServer, tmp_path: Path) -> None:
 @needs_media
 def test_soak_memory_flat_and_drops_reported(rtsp_server: RtspServer, tmp_path: Path) -> None:
     """30 s of looping input in 3 s segments: RSS after warm-up must not keep growing."""
-    pub = Publisher(rtsp_server.publish_url(), seconds=45)
+    pub = Publisher(rtsp_server.publish_url(), CLIP, seconds=45)
     rss: list[tuple[float, int]] = []
     last = [0.0]
 
@@ -523,7 +440,7 @@ def test_soak_memory_flat_and_drops_reported(rtsp_server: RtspServer, tmp_path: 
         now = time.monotonic()
         if now - last[0] >= 1.0:
             last[0] = now
-            rss.append((now, _rss_kb()))
+            rss.append((now, rss_kb()))
 
     try:
         _wait_for_stream(rtsp_server.url())
@@ -539,17 +456,10 @@ def test_soak_memory_flat_and_drops_reported(rtsp_server: RtspServer, tmp_path: 
     assert len(summary.segments) >= 9
 
 
-def _rss_kb() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return 0
-
-
 @needs_server
 @needs_media
 def test_sigterm_finishes_segment_and_exits_zero(rtsp_server: RtspServer, tmp_path: Path) -> None:
-    pub = Publisher(rtsp_server.publish_url(), seconds=25)
+    pub = Publisher(rtsp_server.publish_url(), CLIP, seconds=25)
     out = tmp_path / "sig.mp4"
     code = ("import sys; from streamdeid.live import run_live, LiveConfig; from streamdeid.config import "
             f"PipelineConfig; s = run_live({rtsp_server.url()!r}, {str(out)!r}, PipelineConfig(progress=False), "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from streamdeid.anonymize import AnonymizerBase
 from streamdeid.anonymize.classic import BlurAnonymizer, SolidAnonymizer
 from streamdeid.config import PipelineConfig
 from streamdeid.lookahead import LookaheadBuffer
@@ -85,7 +86,7 @@ def test_render_changes_face_region_only() -> None:
     assert own[changed[y:y + h, x:x + w]].all()
 
 
-class _Broken:
+class _Broken(AnonymizerBase):
     name = "broken"
 
     def __call__(self, crops, contexts):

@@ -9,7 +9,7 @@ import cv2
 import numpy as np
 import pytest
 
-from streamdeid.anonymize import create_anonymizer
+from streamdeid.anonymize import AnonymizerBase, create_anonymizer
 from streamdeid.config import AnonymizeConfig, DetectConfig
 from streamdeid.detect import create_detector
 from streamdeid.eval import (
@@ -38,14 +38,14 @@ needs_media = pytest.mark.skipif(not MEDIA.is_dir(), reason=f"shared media not f
 RECOGNIZERS = ["sface"] + (["dlib"] if dlib_available() else [])
 
 
-class Identity:
+class Identity(AnonymizerBase):
     name = "none"
 
     def __call__(self, crops, contexts=None):
         return np.array(crops, copy=True)
 
 
-class XorKey:
+class XorKey(AnonymizerBase):
     """A toy reversible, keyed 'anonymizer': XOR with a keystream derived from the key."""
 
     name = "xor"

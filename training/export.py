@@ -13,13 +13,13 @@ The output directory (``--out``, default ``RUN/weights``) receives::
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from pathlib import Path
 
 import torch
 
+from streamdeid.files import sha256_file
 from streamdeid.models.dbaf import DBAF
 from streamdeid.models.io import load_checkpoint, save_checkpoint
 
@@ -29,14 +29,6 @@ MANIFEST_SCHEMA = 1
 EXPORT_ORDER = ("anonymize", "disentangle", "reconstruct", "e4e", "stylegan2")
 DATA_LICENCE = ("Trained on the data named in 'dataset'. UTKFace is licensed for non-commercial research only; "
                 "weights trained on it inherit that restriction.")
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def find_source(run_root: Path, init: str | None) -> Path:

@@ -1,6 +1,7 @@
 """Anonymizers: batched crop -> crop transforms, created by name from AnonymizeConfig."""
 
-from .base import Anonymizer, check_batch
+from ..registry import METHODS, load
+from .base import Anonymizer, AnonymizerBase, check_batch, reversible_method
 from .classic import (
     REGISTRY,
     BlurAnonymizer,
@@ -9,13 +10,15 @@ from .classic import (
     create_anonymizer,
     register_anonymizer,
 )
-from .dbaf import DBAFAnonymizer, create_dbaf, dbaf_recover_crops
+from .dbaf import DBAFAnonymizer, dbaf_recover_crops
 
-register_anonymizer("dbaf", create_dbaf)
+for _name, _factory in METHODS.items():
+    register_anonymizer(_name, load(_factory))
 
 __all__ = [
     "REGISTRY",
     "Anonymizer",
+    "AnonymizerBase",
     "BlurAnonymizer",
     "DBAFAnonymizer",
     "MosaicAnonymizer",
@@ -24,4 +27,5 @@ __all__ = [
     "create_anonymizer",
     "dbaf_recover_crops",
     "register_anonymizer",
+    "reversible_method",
 ]

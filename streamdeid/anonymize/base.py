@@ -9,6 +9,7 @@ into the frame through a soft mask. ``contexts[i]`` says which track/frame crop
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -18,11 +19,49 @@ from ..types import FaceContext
 
 @runtime_checkable
 class Anonymizer(Protocol):
-    name: str
+    """Everything the renderer, the pipeline, the vault glue and recovery read of an anonymizer.
+
+    Implementations subclass ``AnonymizerBase`` for the defaults and set what differs.
+    """
+
+    name: str  # the method's name: CLI choice, ``PastedFace.method``, the vault header
+    # The same look at any crop size: the renderer gives small faces small crops (render.py _crop_side).
+    scale_free: bool
+    color_match: bool  # pasting matches the crop's colours to the frame (a generated face)
+    needs_leak_guard: bool  # the renderer checks the output with SFace (leakguard.py; AnonymizeConfig.leak_guard)
+    # A track whose batch failed stays on solid fill for the rest of the run instead of flickering.
+    persistent_fallback: bool
+    reversible: bool  # G(G(x, P), P) = x: ``recover --mode model`` applies (the vault marks its faces)
+    batch_frames: int  # frames leaving the look-ahead rendered in one call (a generator's batch)
+    model_path: Path | None  # the weights file, for the vault header (None: no model)
+    backend_name: str | None  # what runs the model (None: no model)
 
     def __call__(self, crops: np.ndarray, contexts: Sequence[FaceContext]) -> np.ndarray:
         """``crops`` [B, S, S, 3] uint8 -> new crops [B, S, S, 3] uint8 (a new array)."""
         ...
+
+
+class AnonymizerBase:
+    """The defaults of every ``Anonymizer`` member but ``name`` and ``__call__``: a classic, irreversible,
+    unbatched method without a model."""
+
+    scale_free = False
+    color_match = False
+    needs_leak_guard = False
+    reversible = False
+    batch_frames = 1
+    model_path: Path | None = None
+    backend_name: str | None = None
+
+    @property
+    def persistent_fallback(self) -> bool:
+        """By default, what ``needs_leak_guard`` says: a guarded generator that failed once is not trusted again."""
+        return self.needs_leak_guard
+
+
+def reversible_method(anonymizer: Anonymizer) -> str | None:
+    """The name the vault marks model-recoverable faces with (``VaultRecorder``); None: irreversible."""
+    return anonymizer.name if anonymizer.reversible else None
 
 
 def check_batch(crops: np.ndarray, contexts: Sequence[FaceContext] | None = None) -> np.ndarray:

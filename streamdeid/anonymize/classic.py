@@ -16,7 +16,7 @@ import numpy as np
 
 from ..config import AnonymizeConfig
 from ..types import FaceContext, StreamdeidError
-from .base import Anonymizer, check_batch
+from .base import Anonymizer, AnonymizerBase, check_batch
 
 
 def _batch_out(fn: Callable[[np.ndarray], np.ndarray], crops: np.ndarray,
@@ -64,7 +64,7 @@ def mosaic(crop: np.ndarray, cells: int) -> np.ndarray:
     return cv2.resize(small, (s, s), interpolation=cv2.INTER_NEAREST)
 
 
-class BlurAnonymizer:
+class BlurAnonymizer(AnonymizerBase):
     """Gaussian blur with sigma = ``cfg.blur_sigma`` x crop size (see :func:`strong_blur`)."""
 
     name = "blur"
@@ -80,7 +80,7 @@ class BlurAnonymizer:
         return _batch_out(lambda c: strong_blur(c, self.sigma * c.shape[0]), crops, contexts)
 
 
-class MosaicAnonymizer:
+class MosaicAnonymizer(AnonymizerBase):
     """Pixelation into ``cfg.mosaic_cells`` cells per side of the crop."""
 
     name = "mosaic"
@@ -96,7 +96,7 @@ class MosaicAnonymizer:
         return _batch_out(lambda c: mosaic(c, self.cells), crops, contexts)
 
 
-class SolidAnonymizer:
+class SolidAnonymizer(AnonymizerBase):
     """Constant fill with ``cfg.solid_color`` (BGR)."""
 
     name = "solid"
@@ -117,13 +117,9 @@ class SolidAnonymizer:
         return out[0] if single else out
 
 
-#: method name -> factory(AnonymizeConfig) -> Anonymizer. Add methods with
-#: :func:`register_anonymizer`.
-REGISTRY: dict[str, Callable[[AnonymizeConfig], Anonymizer]] = {
-    "blur": BlurAnonymizer,
-    "mosaic": MosaicAnonymizer,
-    "solid": SolidAnonymizer,
-}
+#: method name -> factory(AnonymizeConfig) -> Anonymizer: the names of ``streamdeid.registry.METHODS``
+#: (registered by the package, anonymize/__init__.py), and any added with :func:`register_anonymizer`.
+REGISTRY: dict[str, Callable[[AnonymizeConfig], Anonymizer]] = {}
 
 
 def register_anonymizer(name: str, factory: Callable[[AnonymizeConfig], Anonymizer]) -> None:

@@ -19,7 +19,6 @@ sha256; written by ``python -m training export --out streamdeid/weights``).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from collections import OrderedDict
@@ -29,26 +28,20 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from ..files import sha256_file
 from ..keys import kria_vector
+from ..registry import BACKENDS
 from ..types import FaceContext, StreamdeidError
-from .base import check_batch
+from .base import AnonymizerBase, check_batch
 
 log = logging.getLogger(__name__)
 
 WEIGHTS_DIR = Path(__file__).resolve().parents[1] / "weights"
 MANIFEST = "manifest.json"
-BACKEND_NAMES = ("onnxrt", "torch", "tensorrt")
+BACKEND_NAMES = tuple(BACKENDS)
 NO_WEIGHTS = ("the shipped DBAF weights are missing from this installation (streamdeid/weights/manifest.json); "
               "reinstall, pass --model PATH, or choose --anonymizer blur")
 _P_CACHE = 512  # keys remembered (one per live track is plenty)
-
-
-def sha256_file(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def resolve_model_path(model_path: str | Path | None, backend: str = "onnxrt") -> Path:
@@ -86,7 +79,7 @@ def key_tensor(key: bytes, key_shape: tuple[int, int]) -> np.ndarray:
     return kria_vector(key, n_latent * w_dim).reshape(n_latent, w_dim)
 
 
-class DBAFAnonymizer:
+class DBAFAnonymizer(AnonymizerBase):
     """Batched DBAF anonymizer (see the module docstring); registered as ``dbaf``.
 
     ``needs_leak_guard``: the renderer checks its output with SFace;

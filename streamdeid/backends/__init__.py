@@ -9,17 +9,10 @@ needs neither torch nor TensorRT.
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
+from ..registry import BACKENDS, load
 from .base import BATCH_AXIS_NAME, INPUT_IMAGE, INPUT_KEY, OUTPUT_IMAGE, Backend
-
-#: backend name -> (module, class). The model file each expects: .onnx, .safetensors, .engine/.plan.
-BACKENDS = {
-    "onnxrt": ("onnxrt", "OnnxRuntimeBackend"),
-    "torch": ("torch", "TorchBackend"),
-    "tensorrt": ("tensorrt", "TensorRTBackend"),
-}
 
 __all__ = ["Backend", "BACKENDS", "create_backend", "INPUT_IMAGE", "INPUT_KEY", "OUTPUT_IMAGE", "BATCH_AXIS_NAME"]
 
@@ -28,6 +21,4 @@ def create_backend(name: str, model_path: str | Path, **kwargs) -> Backend:
     """Instantiate backend ``name`` (one of ``BACKENDS``) on ``model_path``; kwargs go to its constructor."""
     if name not in BACKENDS:
         raise ValueError(f"unknown backend {name!r}; choose from {sorted(BACKENDS)}")
-    module_name, cls_name = BACKENDS[name]
-    module = importlib.import_module(f".{module_name}", __name__)
-    return getattr(module, cls_name)(model_path, **kwargs)
+    return load(BACKENDS[name])(model_path, **kwargs)

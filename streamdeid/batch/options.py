@@ -11,29 +11,12 @@ from typing import Any
 
 import click
 
+from ..cli_config import RUN_OPTIONS, check_anonymizer_options
 from ..config import PipelineConfig
 from ..types import StreamdeidError
 
-#: option name (click's ``param.name`` of ``run``) -> PipelineConfig attribute path. None values keep the default.
-CONFIG_FIELDS = {
-    "method": "anonymize.method",
-    "model_path": "anonymize.model_path",
-    "backend": "anonymize.backend",
-    "leak_threshold": "anonymize.leak_threshold",
-    "detect_every": "detect.every",
-    "detect_size": "detect.input_size",
-    "min_face": "detect.min_face",
-    "threshold": "detect.score_threshold",
-    "hold": "track.hold_seconds",
-    "lookahead": "lookahead_seconds",
-    "mask": "blend.mask",
-    "mask_margin": "blend.margin",
-    "codec": "output.codec",
-    "crf": "output.crf",
-    "preset": "output.preset",
-    "overwrite": "output.overwrite",
-    "vault_quality": "output.vault_quality",
-}
+#: run's options that set PipelineConfig fields (cli_config's table; the audit log is per run, not per batch)
+CONFIG_FIELDS = {k: v for k, v in RUN_OPTIONS.items() if k != "export_tracks"}
 #: run's options that a batch takes besides the config fields (the live, report and folder ones are run's own)
 OTHER_OPTIONS = ("key_file", "new_key", "no_vault", "no_crops", "no_progress")
 #: options a manifest row may set for its file (not the key: one master key per batch)
@@ -55,16 +38,7 @@ def build_config(opts: dict[str, Any]) -> PipelineConfig:
             continue
         section, _, attr = path.rpartition(".")
         setattr(getattr(config, section) if section else config, attr, value)
-    method = config.anonymize.method
-    if method == "dbaf":
-        from ..anonymize.dbaf import resolve_model_path
-
-        resolve_model_path(config.anonymize.model_path, config.anonymize.backend)
-    elif config.anonymize.model_path is not None:
-        raise StreamdeidError("--model is for --anonymizer dbaf")
-    if opts.get("no_crops") and method != "dbaf":
-        raise StreamdeidError("--no-crops keeps no face pixels: only --anonymizer dbaf can be recovered from such "
-                              "a vault (recover --mode model)")
+    check_anonymizer_options({**opts, "method": config.anonymize.method, "backend": config.anonymize.backend})
     config.progress = False  # workers draw no bars: the driver has one over files
     return config
 

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..identity.sface import SFACE_MATCH_THRESHOLD, SFace, align_for_sface, cosine
+from ..track.matching import iou_matrix as box_iou  # one IoU for the tracker and the evaluation
 
 DLIB_MATCH_DISTANCE = 0.6
 
@@ -153,20 +154,6 @@ class DlibRecognizer:
 
     def matches(self, scores: np.ndarray) -> np.ndarray:
         return np.asarray(scores) <= self.threshold
-
-
-def box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """IoU matrix [len(a), len(b)] of x1, y1, x2, y2 boxes."""
-    a = np.asarray(a, dtype=np.float64).reshape(-1, 4)
-    b = np.asarray(b, dtype=np.float64).reshape(-1, 4)
-    x1 = np.maximum(a[:, None, 0], b[None, :, 0])
-    y1 = np.maximum(a[:, None, 1], b[None, :, 1])
-    x2 = np.minimum(a[:, None, 2], b[None, :, 2])
-    y2 = np.minimum(a[:, None, 3], b[None, :, 3])
-    inter = np.clip(x2 - x1, 0, None) * np.clip(y2 - y1, 0, None)
-    area = lambda z: np.clip(z[:, 2] - z[:, 0], 0, None) * np.clip(z[:, 3] - z[:, 1], 0, None)  # noqa: E731
-    union = area(a)[:, None] + area(b)[None, :] - inter
-    return np.where(union > 0, inter / np.maximum(union, 1e-12), 0.0)
 
 
 def create_recognizers(names=("sface", "dlib"), *, sface: SFace | None = None) -> tuple[list, dict[str, str]]:

@@ -33,33 +33,12 @@ import numpy as np
 
 from ..config import DetectConfig
 from ..detect import create_detector
-from ..eval.recognizers import box_iou
+from ..track.matching import iou_matrix
+from .compare import MIN_SFACE_HEIGHT, blank_face, changed_share
 from .sface import SFACE_MATCH_THRESHOLD, SFace, align_for_sface, cosine
 
 EXCESS_MARGIN = 0.15  # cosine by which a leak must beat the blanked-face reference
-# SFace sees 112 px crops: below this face height (pixels, from brow to chin of
-# YuNet's box) the crop is an upsampled blur and its verdicts are noise (a 17 px
-# face blurred beyond recognition still "matched" on its hair and shirt).
-# Such faces are checked by pixels instead: their inner region must have changed.
-MIN_SFACE_HEIGHT = 24
-CHANGED_LEVELS = 2  # grey levels a pixel must move to count as changed
 LOCATE_FACE_PX = 96  # a reference face is resized to this height to place its landmarks
-
-
-def _blank_ellipse() -> np.ndarray:
-    m = np.zeros((112, 112), np.uint8)
-    cv2.ellipse(m, (56, 64), (36, 46), 0, 0, 360, 1, -1)  # brows to chin of the ArcFace crop
-    return m.astype(bool)
-
-
-_BLANK = _blank_ellipse()
-
-
-def blank_face(crop112: np.ndarray) -> np.ndarray:
-    """The crop with its face region replaced by its mean colour (no identity left)."""
-    out = crop112.copy()
-    out[_BLANK] = crop112[_BLANK].mean(axis=0)
-    return out
 
 
 @dataclass
@@ -110,18 +89,6 @@ def _frames(path: str):
             yield frame.to_ndarray(format="bgr24")
 
 
-def _changed(src: np.ndarray, out: np.ndarray, landmarks: np.ndarray) -> float:
-    """Share of pixels in the landmarks' bounding box (eyes to mouth) that changed."""
-    h, w = src.shape[:2]
-    x0, y0 = np.floor(landmarks.min(0)).astype(int)
-    x1, y1 = np.ceil(landmarks.max(0)).astype(int) + 1
-    x0, y0, x1, y1 = max(x0, 0), max(y0, 0), min(x1, w), min(y1, h)
-    if x1 <= x0 or y1 <= y0:
-        return 1.0  # landmarks outside the frame: nothing of the face to see
-    diff = np.abs(src[y0:y1, x0:x1].astype(np.int16) - out[y0:y1, x0:x1]).max(axis=2)
-    return float((diff > CHANGED_LEVELS).mean())
-
-
 # Where YuNet puts the 5 landmarks in its own box (fractions of width, height; image-left eye first):
 # medians over 343 faces scoring >= 0.8 on every third frame of the five shared clips.
 BOX_LANDMARKS = np.array([[0.23, 0.36], [0.68, 0.37], [0.45, 0.56], [0.29, 0.72], [0.64, 0.73]])
@@ -153,7 +120,7 @@ def _located_landmarks(image: np.ndarray, box: np.ndarray, locator) -> np.ndarra
     if not len(dets):
         return None
     target = (np.array([x1, y1, x2, y2]) - (cx0, cy0, cx0, cy0)) * scale
-    ious = box_iou(dets.boxes, target[None])[:, 0]
+    ious = iou_matrix(dets.boxes, target[None])[:, 0]
     best = int(ious.argmax())
     if ious[best] < 0.3:
         return None
@@ -189,5 +156,5 @@ def check_video(original: str, output: str, *, score_threshold: float = 0.6,
         refs = np.atleast_1d(cosine(ea, sface.embed(np.stack([blank_face(c) for c in a]))))
         for (box, lm), sim, ref in zip(located, sims, refs):
             report.checks.append(FaceCheck(index, tuple(float(v) for v in box), float(sim), float(ref),
-                                           _changed(src, out, lm)))
+                                           changed_share(src, out, lm)))
     return report

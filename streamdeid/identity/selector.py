@@ -46,15 +46,23 @@ class TrackEvidence:
     judged: int = 0
     similarities: list[float] = field(default_factory=list)
     streak: int = 0  # keep: consecutive judged frames >= KEEP_THRESHOLD; only: consecutive below ONLY_THRESHOLD
+    streak_start: int = -1  # frame index of the streak's first judged frame
     visible: bool = False
     matched: bool = False  # only: a judged frame matched, anonymized for good
     last_judged: int = -1  # frame index
+    last_agreeing: int = -1  # frame index of the last judged frame that agreed with the streak
+    # Frames [start, end) the evidence vouches for; end None: open. Rendering may come later than the
+    # evidence (file runs look ahead), so a frame is shown only inside an interval, never because the
+    # track is visible *now*: a track that switched to the reference person later does not reveal the
+    # person it followed before.
+    intervals: list[list] = field(default_factory=list)
     ever_visible: bool = False
 
     def summary(self) -> dict:
         s = self.similarities
         return {"judged": self.judged, "best": round(max(s), 3) if s else None,
-                "median": round(float(np.median(s)), 3) if s else None, "visible": self.visible}
+                "median": round(float(np.median(s)), 3) if s else None, "left_visible": self.ever_visible,
+                "visible_frames": [list(iv) for iv in self.intervals]}
 
 
 class TrackSelector:
@@ -79,23 +87,36 @@ class TrackSelector:
         ev.similarities.append(float(similarity))
         ev.last_judged = frame_index
         if self.mode == "keep":
-            ev.streak = ev.streak + 1 if similarity >= KEEP_THRESHOLD else 0
-            ev.visible = ev.streak >= CONFIRM
+            agrees = similarity >= KEEP_THRESHOLD
         else:
-            if similarity >= ONLY_THRESHOLD:
+            agrees = similarity < ONLY_THRESHOLD
+            if not agrees:
                 ev.matched = True
-            ev.streak = ev.streak + 1 if similarity < ONLY_THRESHOLD else 0
-            ev.visible = not ev.matched and ev.streak >= CONFIRM
+                ev.intervals.clear()  # a listed person: anonymized on every frame not yet rendered
+        if not agrees:
+            if ev.visible and ev.intervals and ev.intervals[-1][1] is None:
+                ev.intervals[-1][1] = ev.last_agreeing + 1  # covered from just after the last good judgement
+            ev.streak, ev.visible = 0, False
+        else:
+            if ev.streak == 0:
+                ev.streak_start = frame_index
+            ev.streak += 1
+            ev.last_agreeing = frame_index
+            if ev.streak >= CONFIRM and not ev.matched and not ev.visible:
+                ev.visible = True
+                ev.intervals.append([ev.streak_start, None])
         ev.ever_visible |= ev.visible
 
     def visible(self, track_id: int, frame_index: int) -> bool:
         """Leave this track's face as it is on this frame? False whenever the evidence is not positive."""
         ev = self.tracks.get(track_id)
-        if ev is None or not ev.visible:
+        if ev is None:
             return False
-        if self.mode == "keep" and frame_index - ev.last_judged > self.stale_frames:
-            return False
-        return True
+        for start, end in ev.intervals:
+            if start <= frame_index and (end is None or frame_index < end):
+                # an open interval vouches up to STALE_SECONDS past the last judged frame
+                return end is not None or frame_index - ev.last_judged <= self.stale_frames
+        return False
 
     def counts(self) -> tuple[int, int]:
         """(tracks left visible at some point, tracks never left visible) among tracks seen."""

@@ -33,6 +33,7 @@ from .keyfile import (
     generate_master_key,
     load_key,
 )
+from .run import RunKeys, run_keys
 
 __all__ = [
     "CHECK_LEN",
@@ -40,6 +41,7 @@ __all__ = [
     "VIDEO_ID_LEN",
     "KeyFile",
     "MasterKey",
+    "RunKeys",
     "TrackKey",
     "decode_key",
     "encode_key",
@@ -52,6 +54,7 @@ __all__ = [
     "kria_vector",
     "load_key",
     "new_video_id",
+    "run_keys",
     "track_key",
     "track_key_check",
     "vault_key",

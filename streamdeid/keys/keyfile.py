@@ -23,6 +23,7 @@ import os
 import secrets
 import struct
 
+from streamdeid.files import read_error
 from streamdeid.types import StreamdeidError
 
 from . import derive
@@ -209,14 +210,8 @@ def load_key(path) -> KeyFile:
     try:
         with open(path, "rb") as f:
             data = f.read(_MAX_READ + 1)
-    except FileNotFoundError:
-        raise StreamdeidError(f"key file not found: {path}") from None
-    except IsADirectoryError:
-        raise StreamdeidError(f"key file is a directory: {path}") from None
-    except PermissionError:
-        raise StreamdeidError(f"cannot read key file (permission denied): {path}") from None
     except OSError as e:
-        raise StreamdeidError(f"cannot read key file {path}: {e.strerror}") from None
+        raise read_error(e, "key file", path) from None
     if len(data) > _MAX_READ:
         raise StreamdeidError(f"not a streamdeid key file (too large): {path}")
     key = decode_key(data, path)

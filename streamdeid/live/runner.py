@@ -1,7 +1,7 @@
 """``run_live``: anonymize a never-ending source with bounded latency.
 
 Threads: the reader (LiveSource -> FreshQueue, never blocks), the caller's
-thread (detect, track, look-ahead, render: the expensive part) and the encoder
+thread (the ``Pipeline``: detect, track, look-ahead, render: the expensive part) and the encoder
 (ThreadedSink -> SegmentRecorder). Frames that could no longer be emitted
 within ``max_latency`` are dropped whole before detection; every emitted frame
 went through the renderer, so nothing unanonymized is ever written.
@@ -18,10 +18,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from streamdeid.anonymize import create_anonymizer
 from streamdeid.config import PipelineConfig
-from streamdeid.lookahead import LookaheadBuffer
-from streamdeid.pipeline import FaceStage, FrameObserver, RenderStage, RunSummary, ThreadedSink
+from streamdeid.pipeline import FrameObserver, Pipeline, RunSummary, ThreadedSink, build_renderer
 from streamdeid.render import FrameRenderer
 from streamdeid.types import Frame, FrameResult, StreamdeidError
 from streamdeid.video.reader import AudioPacket
@@ -76,11 +74,6 @@ def live_lookahead_frames(config: PipelineConfig, live: LiveConfig, fps: float) 
     return max(0, min(wanted, allowed))
 
 
-def default_renderer(config: PipelineConfig) -> FrameRenderer:
-    return FrameRenderer(create_anonymizer(config.anonymize), align=config.align,
-                         blend=config.blend, anonymize=config.anonymize)
-
-
 class _Signals:
     """SIGINT/SIGTERM set ``stop`` (finish cleanly); a second one aborts."""
 
@@ -104,6 +97,26 @@ class _Signals:
     def __exit__(self, *exc: object) -> None:
         for sig, handler in self._saved.items():
             signal.signal(sig, handler)
+
+
+@dataclass
+class LiveHooks:
+    """What the caller plugs into a live run, besides the config (see ``run_live``)."""
+
+    observers: list[FrameObserver] = field(default_factory=list)
+    renderer: FrameRenderer | None = None  # None: build_renderer(config), no per-track keys
+    on_segment_open: SegmentHook | None = None
+    on_segment_close: SegmentHook | None = None
+    vault_factory: VaultFactory | None = None
+
+
+@dataclass
+class _Pacing:
+    """How the processing loop keeps up with the feed (the caller's thread only)."""
+
+    proc: float  # smoothed seconds of processing per frame (EMA_ALPHA)
+    cut: bool = False  # the next frame follows a gap: detect on it, no back-fill across the gap
+    late: int = 0  # frames dropped whole after detection, already past the latency bound
 
 
 def run_live(
@@ -134,10 +147,10 @@ def run_live(
     live = live or LiveConfig()
     stop = stop or threading.Event()
     summary = LiveSummary()
+    hooks = LiveHooks(list(observers), renderer, on_segment_open, on_segment_close, vault_factory)
     with _Signals(stop, summary):
         try:
-            _run(source, output, config, live, summary, stop, list(observers), renderer,
-                 on_segment_open, on_segment_close, vault_factory)
+            _run(source, output, config, live, summary, stop, hooks)
         except LiveSourceLost as exc:
             summary.stop_reason = "source_lost"
             exc.summary = summary  # type: ignore[attr-defined]
@@ -148,8 +161,8 @@ def run_live(
     return summary
 
 
-def _run(source, output, config, live, summary, stop, observers, renderer,
-         on_segment_open, on_segment_close, vault_factory) -> None:
+def _run(source: str, output: str, config: PipelineConfig, live: LiveConfig, summary: LiveSummary,
+         stop: threading.Event, hooks: LiveHooks) -> None:
     src = LiveSource(source, live, stop)
     try:
         src.connect()
@@ -157,126 +170,157 @@ def _run(source, output, config, live, summary, stop, observers, renderer,
         if stop.is_set():  # signalled while still waiting for the camera
             return
         raise
-    fps = src.fps
-    stats = LiveStats(live.stats_interval, live.stats_json)
-    renderer = renderer or default_renderer(config)
-    summary.lookahead_frames = live_lookahead_frames(config, live, fps)
-    state = {"proc": 1.0 / fps, "cut": False, "late": 0}
-    # The small-face scan costs several fast passes at once: on a live feed it runs only while the
-    # smoothed processing time per frame is at most SCAN_MAX_LOAD of the frame interval, so a slow machine
-    # skips scans (counted in the summary) rather than dropping frames. On this 2-core machine a 30 fps
-    # 640x360 feed dropped 142 of 260 frames with every scan run.
-    stage = FaceStage(config, fps, guarded=renderer.guard is not None, lookahead_frames=summary.lookahead_frames,
-                      scan_gate=lambda: state["proc"] * fps <= SCAN_MAX_LOAD)
-    buffer = LookaheadBuffer(summary.lookahead_frames)
-    render = RenderStage(renderer, observers, summary)
-    stream_options = {"rtsp_transport": live.transport} if output.lower().startswith("rtsp") else None
-    recorder = SegmentRecorder(output, src, config.output, segment_time=live.segment_time,
-                               stream_container=live.stream_container, stream_options=stream_options,
-                               on_segment_open=on_segment_open, on_segment_close=on_segment_close,
-                               vault_factory=vault_factory)
-    sink = ThreadedSink(recorder.write, summary.times)
-    queue = FreshQueue(capacity=max(8, math.ceil(2 * fps * live.max_latency)))
-    arrivals: dict[int, float] = {}
-    lookahead_wait = summary.lookahead_frames / fps
-
-    def budget() -> float:
-        # A frame taken now is emitted after its own processing plus the
-        # look-ahead wait; it must still be within max_latency then.
-        proc = state["proc"]
-        wait = summary.lookahead_frames * max(1.0 / fps, proc)
-        return max(0.0, live.max_latency - proc - wait)
-
-    def finish(result: FrameResult) -> None:
-        arrived = arrivals.get(result.frame.index)
-        if arrived is not None and time.monotonic() - arrived > live.max_latency:
-            # Late after detection (burst, stall, slow encoder): still dropped
-            # whole before anonymization, so the bound holds for every emitted frame.
-            arrivals.pop(result.frame.index, None)
-            state["late"] += 1
-            return
-        pasted = render(result)
-        sink.put(RenderedFrame(result.frame, pasted) if vault_factory else result.frame)
-        arrived = arrivals.pop(result.frame.index, None)
-        latency = time.monotonic() - arrived if arrived is not None else 0.0
-        stats.frame_out(len(result.faces), latency)
-
-    def track(frame: Frame) -> FrameResult:
-        cut, state["cut"] = state["cut"], False
-        return stage(frame, summary.times, force_cut=cut)
-
-    def on_item(item: object) -> None:
-        if isinstance(item, Frame):
-            stats.frame_in()
-
-    reader = start_reader(src, queue, stop, on_item)
-    started = time.monotonic()
+    run = _LiveRun(src, output, config, live, summary, stop, hooks)
     ok = False
     try:
-        for _ in range(MAX_LOOPS):
-            now = time.monotonic()
-            if live.stop_after is not None and now - started >= live.stop_after and not stop.is_set():
-                summary.stop_reason = "stop_after"
-                stop.set()
-            if stop.is_set():
-                break
-            stats.maybe_report(queue.dropped + state["late"], src.counters.reconnects, src.counters.connected)
-            got = queue.take(POLL_SECONDS, budget)
-            if got is None:
-                # Input stalled (outage): do not hold processed frames past the
-                # look-ahead wait, their back-fill chance is over anyway.
-                if len(buffer):
-                    oldest = min(arrivals.values(), default=now)
-                    if time.monotonic() - oldest > lookahead_wait + POLL_SECONDS:
-                        for ready in buffer.drain():
-                            finish(ready)
-                continue
-            if got is END:
-                if queue.error is not None:
-                    raise queue.error
-                break
-            item = got.item
-            if isinstance(item, Discontinuity):
-                for ready in buffer.drain():  # no back-fill across a gap
-                    finish(ready)
-                state["cut"] = True  # detect on the first frame after the gap, no back-fill
-                continue
-            if isinstance(item, AudioPacket):
-                sink.put(item)
-                continue
-            t0 = time.perf_counter()
-            arrivals[item.index] = got.arrived
-            for ready in buffer.push(track(item)):
-                finish(ready)
-            spent = time.perf_counter() - t0
-            state["proc"] += EMA_ALPHA * (spent - state["proc"])
+        run.loop()
         ok = True
     finally:
-        stop.set()
+        run.close(ok)
+
+
+class _LiveRun:
+    """One connected live run: the reader thread feeds ``queue``, ``loop`` pushes its frames through the
+    ``Pipeline`` on the caller's thread, and the encoder thread (``sink``) writes them to ``recorder``."""
+
+    def __init__(self, src: LiveSource, output: str, config: PipelineConfig, live: LiveConfig,
+                 summary: LiveSummary, stop: threading.Event, hooks: LiveHooks) -> None:
+        fps = src.fps
+        self.src, self.live, self.summary, self.stop, self.fps = src, live, summary, stop, fps
+        self.stats = LiveStats(live.stats_interval, live.stats_json)
+        summary.lookahead_frames = live_lookahead_frames(config, live, fps)
+        self.pacing = _Pacing(proc=1.0 / fps)
+        self.keep_pasted = hooks.vault_factory is not None  # the segment vaults record each paste
+        self.arrivals: dict[int, float] = {}  # frame index -> when the reader took it
+        # The small-face scan costs several fast passes at once: on a live feed it runs only while the
+        # smoothed processing time per frame is at most SCAN_MAX_LOAD of the frame interval, so a slow machine
+        # skips scans (counted in the summary) rather than dropping frames. On this 2-core machine a 30 fps
+        # 640x360 feed dropped 142 of 260 frames with every scan run.
+        # Each frame is rendered as it leaves the look-ahead (batch 1): batching would add latency.
+        self.pipeline = Pipeline(config, hooks.renderer or build_renderer(config), fps=fps, emit=self._emit,
+                                 summary=summary, observers=hooks.observers,
+                                 lookahead_frames=summary.lookahead_frames, batch_frames=1, admit=self._admit,
+                                 scan_gate=lambda: self.pacing.proc * fps <= SCAN_MAX_LOAD)
+        stream_options = {"rtsp_transport": live.transport} if output.lower().startswith("rtsp") else None
+        self.recorder = SegmentRecorder(output, src, config.output, segment_time=live.segment_time,
+                                        stream_container=live.stream_container, stream_options=stream_options,
+                                        on_segment_open=hooks.on_segment_open,
+                                        on_segment_close=hooks.on_segment_close, vault_factory=hooks.vault_factory)
+        self.sink = ThreadedSink(self.recorder.write, summary.times)
+        self.queue = FreshQueue(capacity=max(8, math.ceil(2 * fps * live.max_latency)))
+        self.reader = start_reader(src, self.queue, stop, self._on_read)
+        self.started = time.monotonic()
+
+    def loop(self) -> None:
+        """Take frames until the source ends, ``stop`` is set or ``live.stop_after`` has passed."""
+        for _ in range(MAX_LOOPS):
+            now = time.monotonic()
+            after = self.live.stop_after
+            if after is not None and now - self.started >= after and not self.stop.is_set():
+                self.summary.stop_reason = "stop_after"
+                self.stop.set()
+            if self.stop.is_set():
+                break
+            self._report()
+            got = self.queue.take(POLL_SECONDS, self._budget)
+            if got is None:
+                self._stalled(now)
+                continue
+            if got is END:
+                if self.queue.error is not None:
+                    raise self.queue.error
+                break
+            self._take(got.item, got.arrived)
+
+    def _take(self, item: object, arrived: float) -> None:
+        if isinstance(item, Discontinuity):
+            self.pipeline.drain()  # no back-fill across a gap
+            self.pacing.cut = True  # detect on the first frame after the gap, no back-fill
+            return
+        if isinstance(item, AudioPacket):
+            self.sink.put(item)
+            return
+        t0 = time.perf_counter()
+        self.arrivals[item.index] = arrived
+        cut, self.pacing.cut = self.pacing.cut, False
+        self.pipeline.push(item, force_cut=cut)
+        spent = time.perf_counter() - t0
+        self.pacing.proc += EMA_ALPHA * (spent - self.pacing.proc)
+
+    def _stalled(self, now: float) -> None:
+        """Input stalled (outage): do not hold processed frames past the
+        look-ahead wait, their back-fill chance is over anyway."""
+        if len(self.pipeline.buffer):
+            oldest = min(self.arrivals.values(), default=now)
+            if time.monotonic() - oldest > self.summary.lookahead_frames / self.fps + POLL_SECONDS:
+                self.pipeline.drain()
+
+    def _budget(self) -> float:
+        # A frame taken now is emitted after its own processing plus the
+        # look-ahead wait; it must still be within max_latency then.
+        proc = self.pacing.proc
+        wait = self.summary.lookahead_frames * max(1.0 / self.fps, proc)
+        return max(0.0, self.live.max_latency - proc - wait)
+
+    def _admit(self, result: FrameResult) -> bool:
+        arrived = self.arrivals.get(result.frame.index)
+        if arrived is not None and time.monotonic() - arrived > self.live.max_latency:
+            # Late after detection (burst, stall, slow encoder): still dropped
+            # whole before anonymization, so the bound holds for every emitted frame.
+            self.arrivals.pop(result.frame.index, None)
+            self.pacing.late += 1
+            return False
+        return True
+
+    def _emit(self, result: FrameResult, pasted: list) -> None:
+        self.sink.put(RenderedFrame(result.frame, pasted) if self.keep_pasted else result.frame)
+        arrived = self.arrivals.pop(result.frame.index, None)
+        latency = time.monotonic() - arrived if arrived is not None else 0.0
+        self.stats.frame_out(len(result.faces), latency)
+
+    def _on_read(self, item: object) -> None:
+        if isinstance(item, Frame):
+            self.stats.frame_in()
+
+    def _dropped(self) -> int:
+        return self.queue.dropped + self.pacing.late
+
+    def _report(self, force: bool = False) -> None:
+        counters = self.src.counters
+        self.stats.maybe_report(self._dropped(), counters.reconnects, counters.connected, force=force)
+
+    def close(self, ok: bool) -> None:
+        """Render what the look-ahead holds, finish the open segment, stop the reader, fill the summary."""
+        self.stop.set()
         try:
-            for ready in buffer.drain():
-                finish(ready)
+            self.pipeline.finish()
         finally:
             try:
-                sink.close()
+                self.sink.close()
             finally:
-                summary.segments = recorder.close(success=ok or isinstance(queue.error, StreamdeidError))
-                reader.join(timeout=live.connect_timeout + live.read_timeout + 1.0)
-                if reader.is_alive():
-                    log.warning("reader thread still blocked in FFmpeg; leaving it (daemon)")
-                else:
-                    src.close()
-                summary.frames_in = src.counters.frames_in
-                summary.dropped = queue.dropped + state["late"]
-                summary.reconnects = src.counters.reconnects
-                summary.outages = list(src.counters.outages)
-                render.close()
-                summary.smallest_face, summary.scans_skipped = stage.smallest_face, stage.scans_skipped
-                summary.seconds = time.monotonic() - started
-                lat = sorted(stats.latencies)
-                if lat:
-                    summary.latency_mean = sum(lat) / len(lat)
-                    summary.latency_p95 = lat[min(len(lat) - 1, int(0.95 * len(lat)))]
-                    summary.latency_max = lat[-1]
-                stats.maybe_report(queue.dropped + state["late"], src.counters.reconnects, src.counters.connected, force=True)
-                stats.close()
+                self.summary.segments = self.recorder.close(
+                    success=ok or isinstance(self.queue.error, StreamdeidError))
+                self._join_reader()
+                self._summarize()
+
+    def _join_reader(self) -> None:
+        self.reader.join(timeout=self.live.connect_timeout + self.live.read_timeout + 1.0)
+        if self.reader.is_alive():
+            log.warning("reader thread still blocked in FFmpeg; leaving it (daemon)")
+        else:
+            self.src.close()
+
+    def _summarize(self) -> None:
+        s, counters = self.summary, self.src.counters
+        s.frames_in = counters.frames_in
+        s.dropped = self._dropped()
+        s.reconnects = counters.reconnects
+        s.outages = list(counters.outages)
+        s.seconds = time.monotonic() - self.started
+        lat = sorted(self.stats.latencies)
+        if lat:
+            s.latency_mean = sum(lat) / len(lat)
+            s.latency_p95 = lat[min(len(lat) - 1, int(0.95 * len(lat)))]
+            s.latency_max = lat[-1]
+        self._report(force=True)
+        self.stats.close()

@@ -242,8 +242,8 @@ class VideoSource:
             self._finish()
             return
         except _AV_ERRORS as exc:
-            log.warning("%s: stopped reading after frame %d: %s", self.name, self._index, _reason(exc))
-            self.end_reason = _reason(exc)
+            log.warning("%s: stopped reading after frame %d: %s", self.name, self._index, error_reason(exc))
+            self.end_reason = error_reason(exc)
             self._finish()
             return
         if packet.stream.type == "audio":
@@ -260,7 +260,7 @@ class VideoSource:
             decoded = self._video.decode(packet)
         except _AV_ERRORS as exc:
             self._decode_errors += 1
-            log.warning("%s: skipped an undecodable video packet: %s", self.name, _reason(exc))
+            log.warning("%s: skipped an undecodable video packet: %s", self.name, error_reason(exc))
             if self._decode_errors >= MAX_CONSECUTIVE_DECODE_ERRORS:
                 log.warning("%s: too many decode errors, stopping after frame %d", self.name, self._index)
                 self._finish(flush=False)
@@ -336,8 +336,8 @@ def _rotation_of(vf: av.VideoFrame) -> int:
         return 0
 
 
-def _reason(exc: BaseException) -> str:
-    """First line of an exception message, without PyAV's ``[Errno N]`` prefix."""
+def error_reason(exc: BaseException) -> str:
+    """First line of an exception message, without PyAV's ``[Errno N]`` prefix (for one-line errors)."""
     text = str(exc).strip().splitlines()
     return re.sub(r"^\[Errno -?\d+\]\s*", "", text[0]) if text else type(exc).__name__
 
@@ -425,7 +425,7 @@ def open_source(
         raise
     except _AV_ERRORS as exc:
         shown = redact_url(str(path_or_dash))
-        raise StreamdeidError(f"cannot read {shown} as a video: {_reason(exc)}") from None
+        raise StreamdeidError(f"cannot read {shown} as a video: {error_reason(exc)}") from None
     if not container.streams.video:
         container.close()
         raise StreamdeidError(f"no video stream in {name}")
@@ -436,4 +436,4 @@ def open_source(
         raise
     except _AV_ERRORS as exc:
         container.close()
-        raise StreamdeidError(f"cannot decode {name}: {_reason(exc)}") from None
+        raise StreamdeidError(f"cannot decode {name}: {error_reason(exc)}") from None

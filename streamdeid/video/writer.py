@@ -19,7 +19,6 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import re
 from fractions import Fraction
 from pathlib import Path
 from typing import Protocol
@@ -42,7 +41,7 @@ from streamdeid.video.encoding import (
     pick_audio_encoder,
 )
 from streamdeid.video.finish import faststart_copy
-from streamdeid.video.reader import AudioPacket, ColorInfo, redact_url
+from streamdeid.video.reader import AudioPacket, ColorInfo, error_reason, redact_url
 
 log = logging.getLogger(__name__)
 
@@ -136,24 +135,15 @@ class VideoWriter:
     def __init__(self, path: str | os.PathLike[str], template: VideoTemplate, config: OutputConfig,
                  metadata: dict[str, str] | None = None) -> None:
         self.path = Path(path)
-        self.partial_path = partial_path_for(self.path)
         self._config = config
         self._template = template
-        self._ext = self.path.suffix.lower()
-        fmt = output_format(self._ext)
-        check_overwrite(self.path, config.overwrite)
-        self._encoding = choose_video_encoding(config, template.width, template.height, self._ext)
-        self._claim = claim_partial(self.partial_path, self.path)
         self._closed = False
         self._last_pts: int | None = None
         self._frames_written = 0
         self._audio_out: av.stream.Stream | None = None
         self._audio_copy = False
-        try:
-            self._container = av.open(str(self.partial_path), mode="w", format=fmt, options=muxer_options(self._ext))
-        except _AV_ERRORS as exc:
-            self._release()
-            raise StreamdeidError(f"cannot create {self.partial_path}: {_reason(exc)}") from None
+        self._claim: int | None = None
+        self._container = self._open_container()  # also sets partial_path, _ext and _encoding
         self._metadata = dict(metadata or {})  # container tags, e.g. the vault's video id
         self._container.metadata.update(self._metadata)
         try:
@@ -162,6 +152,20 @@ class VideoWriter:
         except BaseException:
             self._discard()
             raise
+
+    def _open_container(self) -> av.container.OutputContainer:
+        """Claim the partial file beside ``path`` and open it (a StreamWriter opens its target instead)."""
+        self.partial_path = partial_path_for(self.path)
+        self._ext = self.path.suffix.lower()
+        fmt = output_format(self._ext)
+        check_overwrite(self.path, self._config.overwrite)
+        self._encoding = choose_video_encoding(self._config, self._template.width, self._template.height, self._ext)
+        self._claim = claim_partial(self.partial_path, self.path)
+        try:
+            return av.open(str(self.partial_path), mode="w", format=fmt, options=muxer_options(self._ext))
+        except _AV_ERRORS as exc:
+            self._release()
+            raise StreamdeidError(f"cannot create {self.partial_path}: {error_reason(exc)}") from None
 
     # ------------------------------------------------------------ public API
     @property
@@ -218,7 +222,7 @@ class VideoWriter:
         try:
             decoded = self._template.audio_stream.decode(packet)
         except _AV_ERRORS as exc:
-            log.warning("skipped an undecodable audio packet: %s", _reason(exc))
+            log.warning("skipped an undecodable audio packet: %s", error_reason(exc))
             return
         for af in decoded:
             self._mux(self._audio_out.encode(af))
@@ -260,7 +264,7 @@ class VideoWriter:
             faststart_copy(self.partial_path, finished, output_format(self._ext), self._metadata)
         except _AV_ERRORS as exc:  # the fragmented file is still a good video: publish it
             finished.unlink(missing_ok=True)
-            log.warning("%s stays fragmented (browsers may show a wrong duration): %s", self.path, _reason(exc))
+            log.warning("%s stays fragmented (browsers may show a wrong duration): %s", self.path, error_reason(exc))
             return self.partial_path
         return finished
 
@@ -395,7 +399,7 @@ class VideoWriter:
 
     def _write_error(self, exc: BaseException) -> StreamdeidError:
         """The user-facing error for a failed write."""
-        return StreamdeidError(f"{self._destination()} failed: {_reason(exc)}")
+        return StreamdeidError(f"{self._destination()} failed: {error_reason(exc)}")
 
     def _destination(self) -> str:
         """What a write error names."""
@@ -408,7 +412,7 @@ class VideoWriter:
                 for af in self._template.audio_stream.decode(None):
                     self._mux(self._audio_out.encode(af))
             except _AV_ERRORS as exc:
-                log.warning("audio decoder flush failed: %s", _reason(exc))
+                log.warning("audio decoder flush failed: %s", error_reason(exc))
             self._mux(self._audio_out.encode(None))
         self._mux(self._video.encode(None))
 
@@ -420,7 +424,7 @@ class VideoWriter:
             try:
                 self._container.close()
             except _AV_ERRORS as exc:
-                raise StreamdeidError(f"finishing {self.partial_path} failed: {_reason(exc)}") from None
+                raise StreamdeidError(f"finishing {self.partial_path} failed: {error_reason(exc)}") from None
 
     def _discard(self) -> None:
         self._closed = True
@@ -467,48 +471,41 @@ class StreamWriter(VideoWriter):
         options: dict[str, str] | None = None,
         timeout: float | None = 10.0,
     ) -> None:
+        self.target = target
+        self._container_name, self._options, self._timeout = container, options, timeout
+        self._reader_gone = False  # stdout's reader hung up (EPIPE)
+        # ``path`` names what close() returns and a live run lists as its segment: "-", or "stream"
+        # for a URL (which may hold credentials, so it is not used as a path).
+        super().__init__(Path(target) if target == STDOUT else Path("stream"), template, config)
+
+    def _open_container(self) -> av.container.OutputContainer:
+        """Open the target itself: no partial file, what was sent is sent."""
         import sys
 
-        self.path = Path(target) if target == STDOUT else Path("stream")
         self.partial_path = self.path
-        self.target = target
-        self._config = config
-        self._template = template
+        target = self.target
         if target == STDOUT:
-            ext = ".mkv" if container in ("matroska", "mkv") else ".ts"
+            ext = ".mkv" if self._container_name in ("matroska", "mkv") else ".ts"
             fmt = "matroska" if ext == ".mkv" else "mpegts"
         else:
             scheme = target.split("://", 1)[0].lower() + "://"
             fmt = STREAM_OUTPUTS[scheme]
             ext = ".mkv" if fmt in ("rtsp", "flv") else ".ts"  # codec checks only: both take H.264/AAC
         self._ext = ext
-        encoding = choose_video_encoding(config, template.width, template.height, ext)
+        self._stream_fmt = fmt
+        encoding = choose_video_encoding(self._config, self._template.width, self._template.height, ext)
         if encoding.codec in X264_LIVE_CODECS:
             encoding.options = {**encoding.options, **LIVE_X264}
-            rate = template.average_rate
+            rate = self._template.average_rate
             encoding.options.setdefault("g", str(max(1, round(2 * float(rate)))) if rate else "50")
         self._encoding = encoding
-        self._closed = False
-        self._last_pts = None
-        self._frames_written = 0
-        self._audio_out = None
-        self._audio_copy = False
-        self._stream_fmt = fmt
-        self._reader_gone = False  # stdout's reader hung up (EPIPE)
-        opts = {"flush_packets": "1", **(options or {})}
+        opts = {"flush_packets": "1", **(self._options or {})}
         try:
             if target == STDOUT:
-                self._container = av.open(sys.stdout.buffer, mode="w", format=fmt, options=opts)
-            else:
-                self._container = av.open(target, mode="w", format=fmt, options=opts, timeout=timeout)
+                return av.open(sys.stdout.buffer, mode="w", format=fmt, options=opts)
+            return av.open(target, mode="w", format=fmt, options=opts, timeout=self._timeout)
         except _AV_ERRORS as exc:
-            raise StreamdeidError(f"cannot open output {redact_url(target)}: {_reason(exc)}") from None
-        try:
-            self._video = self._add_video_stream(self._encoding)
-            self._add_audio_stream(template.audio_stream)
-        except BaseException:
-            self._discard()
-            raise
+            raise StreamdeidError(f"cannot open output {redact_url(target)}: {error_reason(exc)}") from None
 
     def _write_error(self, exc: BaseException) -> StreamdeidError:
         if self.target == STDOUT and _is_broken_pipe(exc):
@@ -597,9 +594,3 @@ def write_image(path: str | os.PathLike[str], image: np.ndarray, overwrite: bool
         partial.unlink(missing_ok=True)
         raise StreamdeidError(f"cannot write {target}: {exc.strerror}") from None
     return target
-
-
-def _reason(exc: BaseException) -> str:
-    """First line of an exception message, without PyAV's ``[Errno N]`` prefix."""
-    text = str(exc).strip().splitlines()
-    return re.sub(r"^\[Errno -?\d+\]\s*", "", text[0]) if text else type(exc).__name__

@@ -1,0 +1,1 @@
+"""Development tools shared by tests/ and benchmarks/ (not packaged: see pyproject.toml)."""

@@ -1,0 +1,211 @@
+"""``recover``: put the original faces of an anonymized video back from its vault, with a key.
+
+Exact mode copies the stored original pixels back (``recovery.restore_frame``); model mode (dbaf
+outputs, also ``--no-crops`` vaults) regenerates each face with G(x_ano, P_track) (``_ModelRestore``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import cv2
+import numpy as np
+from tqdm import tqdm
+
+from .anonymize import dbaf_recover_crops
+from .config import PipelineConfig
+from .files import refuse_same_file
+from .recovery import load_recovery_key, prefetch, records_by_frame, restore_frame
+from .types import Frame, StreamdeidError
+from .vault import VaultReader
+from .vault_glue import read_video_id_tag, vault_path_for
+from .video.reader import open_source
+from .video.writer import VideoWriter
+
+
+@dataclass
+class RecoverResult:
+    output: Path
+    frames: int
+    faces_restored: int
+    damage: str | None  # what a truncated vault lost (with allow_partial), else None
+    mode: str = "exact"
+    faces_skipped: int = 0  # model mode: faces that were not generated (solid fallback), left as they are
+    notes: list[str] = field(default_factory=list)  # warnings for the user (model mismatch, ...)
+
+
+#: What ``recover --mode model`` says about keys, always.
+MODEL_MODE_CAVEAT = ("model mode cannot tell a wrong key from a right one: G(x, P) with a wrong P yields a "
+                     "different face, not an error; the faces are regenerated, not the original pixels")
+
+
+def recover(anonymized: str, dst: str | Path, *, key_file: str, vault: str | Path | None = None,
+            tracks: list[int] | None = None, config: PipelineConfig | None = None,
+            allow_partial: bool = False, mode: str = "exact", model: str | None = None,
+            backend: str = "onnxrt") -> RecoverResult:
+    """Restore the original faces of ``anonymized`` from its vault.
+
+    ``mode="exact"`` (default) copies the original pixels stored in the vault
+    back. ``mode="model"`` (DBAF outputs, also vaults written with
+    ``store_crops=False``): for each face in the vault, the anonymized crop is
+    re-aligned with the stored geometry and ``G(x_ano, P_track)`` is pasted
+    back with the run's soft mask; ``model``/``backend`` name the generator
+    (None: the shipped weights). See ``MODEL_MODE_CAVEAT``.
+
+    ``tracks`` restores only those people. A wrong key, a vault of another
+    video, or a tampered vault raise ``StreamdeidError`` and leave no output.
+    A truncated vault does too, unless ``allow_partial``: then everything
+    before the damage is restored and ``damage`` says what was lost.
+    """
+    if mode not in ("exact", "model"):
+        raise StreamdeidError(f"unknown recovery mode {mode!r} (exact or model)")
+    config = config or PipelineConfig()
+    src = Path(anonymized)
+    if not src.exists():
+        raise StreamdeidError(f"{anonymized}: no such file")
+    refuse_same_file(src, Path(dst))
+    vault_path = Path(vault) if vault is not None else vault_path_for(src)
+    if not vault_path.exists():
+        raise StreamdeidError(f"{vault_path}: no such vault (pass --vault)")
+    key = load_recovery_key(key_file)
+    generator = None
+    if mode == "model":
+        from .anonymize.dbaf import DBAFAnonymizer
+
+        generator = DBAFAnonymizer(model, backend, threads=config.anonymize.threads)
+    with VaultReader(vault_path) as reader, open_source(str(src)) as source:
+        tag = read_video_id_tag(source.metadata)
+        if tag is not None and tag != reader.video_id.hex():
+            raise StreamdeidError(f"{vault_path} belongs to another video than {src.name}")
+        reader.check_key(key, tracks)
+        notes: list[str] = []
+        if mode == "exact":
+            if reader.header.get("store_crops") is False:
+                raise StreamdeidError(f"{vault_path} holds geometry only (run --no-crops): exact recovery is "
+                                      "impossible; use --mode model --model PATH")
+            apply = _ExactRestore()
+        else:
+            apply = _ModelRestore(generator, key, reader, notes)
+        groups = prefetch(records_by_frame(reader, key, tracks))
+        writer = VideoWriter(dst, source, config.output, metadata=dict(source.metadata))
+        ok = False
+        try:
+            frames = _restore_frames(source, groups, apply, writer, config.progress)
+            damage = str(reader.damage) if reader.damage is not None else None
+            if damage and not allow_partial:
+                raise StreamdeidError(f"{damage} (pass --partial to write what could be recovered)")
+            ok = True
+        finally:
+            writer.close(success=ok)
+    return RecoverResult(Path(dst), frames, apply.restored, damage, mode, apply.skipped, notes)
+
+
+def _restore_frames(source, groups, apply, writer: VideoWriter, progress: bool) -> int:
+    """Every item of ``source`` to ``writer``, each frame with its vault records applied; the frame count."""
+    frames = 0
+    pending = next(groups, None)
+    for item in tqdm(source, total=source.frame_count, unit="frame", disable=not progress,
+                     desc="recover", dynamic_ncols=True):
+        if isinstance(item, Frame):
+            while pending is not None and pending[0] < item.index:
+                pending = next(groups, None)
+            if pending is not None and pending[0] == item.index:
+                apply(item, pending[1])
+                pending = next(groups, None)
+            frames += 1
+        writer.write(item)
+    for _ in groups:  # drain: a tampered record after the video's last frame still counts
+        pass
+    return frames
+
+
+class _ExactRestore:
+    """Copy each record's stored original pixels back (bit-exact on a lossless video)."""
+
+    def __init__(self) -> None:
+        self.restored = 0
+        self.skipped = 0
+
+    def __call__(self, frame: Frame, records) -> None:
+        self.restored += sum(restore_frame(frame.image, rec) > 0 for rec in records)
+
+
+class _ModelRestore:
+    """X_rec = G(X_ano, P_track) per vault record, pasted back with the run's soft mask."""
+
+    def __init__(self, generator, key, reader: VaultReader, notes: list[str]) -> None:
+        from .blend import face_mask
+        from .config import BlendConfig
+        from .keys import MasterKey
+
+        self.generator = generator
+        self.restored = 0
+        self.skipped = 0
+        self._video_id = reader.video_id
+        self._master = key if isinstance(key, MasterKey) else None
+        self._track_key = None if self._master is not None else key.key_bytes
+        meta = reader.header.get("pipeline") or {}
+        method = meta.get("anonymizer")
+        if method is not None and method != generator.name:
+            raise StreamdeidError(f"{reader.path}: this video was anonymized with {method}, which no model can "
+                                  "invert; model mode needs a dbaf output (use --mode exact)")
+        self._legacy_generated = method == generator.name  # records without the generated flag
+        want = (meta.get("model") or {}).get("sha256")
+        if want and generator.model_path is not None:
+            from .files import sha256_file
+
+            if sha256_file(generator.model_path) != want:
+                notes.append(f"{generator.model_path} is not the model file the run used "
+                             f"({meta['model'].get('file')}); unless it holds the same weights in another "
+                             "format, the recovered faces are wrong")
+        blend = BlendConfig()
+        for name, value in (meta.get("blend") or {}).items():  # the run's mask, so the paste covers the same area
+            if hasattr(blend, name):
+                setattr(blend, name, value)
+        self._blend = blend
+        self._align_margin = float(meta.get("align_margin", 0.4))
+        self._masks: dict[int, object] = {}
+        self._face_mask = face_mask
+
+    def _mask(self, size: int):
+        if size not in self._masks:
+            self._masks[size] = self._face_mask(size, self._blend, None, align_margin=self._align_margin)
+        return self._masks[size]
+
+    def _key(self, track_id: int) -> bytes:
+        if self._master is not None:
+            return self._master.track_key(self._video_id, track_id)
+        return self._track_key
+
+    def __call__(self, frame: Frame, records) -> None:
+        from .blend import blend_into, warp_to_frame
+        from .types import FaceContext
+
+        image = frame.image
+        h, w = image.shape[:2]
+        todo = []
+        for rec in records:
+            flags = rec.mask_params
+            generated = bool(flags[2]) if len(flags) >= 3 else self._legacy_generated
+            if not generated:
+                self.skipped += 1
+                continue
+            todo.append(rec)
+        by_size: dict[int, list] = {}
+        for rec in todo:
+            by_size.setdefault(int(rec.crop_size[0]), []).append(rec)
+        for size, recs in by_size.items():
+            crops = np.stack([
+                cv2.warpAffine(image, cv2.invertAffineTransform(rec.inverse), (size, size), flags=cv2.INTER_LINEAR,
+                               borderMode=cv2.BORDER_REPLICATE)
+                for rec in recs
+            ])
+            contexts = [FaceContext(rec.track_id, rec.frame_index, self._key(rec.track_id)) for rec in recs]
+            out = dbaf_recover_crops(self.generator, crops, contexts)
+            mask = self._mask(size)
+            for rec, crop in zip(recs, out):
+                wf = warp_to_frame(crop, rec.inverse, mask, w, h)
+                if wf is not None:
+                    blend_into(image, wf, color_match=True)
+                    self.restored += 1

@@ -1,0 +1,67 @@
+"""``--keep`` / ``--only`` in the pipeline: judge detected faces against reference photos, per track.
+
+``SelectStage.observe`` runs on each frame right after tracking (on the original pixels, before
+anything is rendered): every *detected* face big enough to judge is aligned and embedded by SFace
+and its similarity to the references handed to the per-track ``TrackSelector``. ``SelectStage.split``
+runs just before rendering (after the look-ahead): faces of tracks the evidence vouches for *on that
+frame* leave the render list, so they are not anonymized and put nothing in the vault. Everything
+else is rendered as usual: no evidence, no exemption.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .align.aligner import landmarks_usable
+from .config import SelectConfig
+from .identity.selector import MIN_JUDGE_PX, TrackSelector
+from .types import FrameResult, TrackedFace
+
+
+def judgeable(face: TrackedFace) -> bool:
+    """Detected this frame, tall enough for SFace, and landmarks that fit the box (not a profile)."""
+    return (face.state == "detected" and float(face.box[3] - face.box[1]) >= MIN_JUDGE_PX
+            and landmarks_usable(face.landmarks, face.box))
+
+
+class SelectStage:
+    """The references' embeddings and the per-track decisions of one video."""
+
+    def __init__(self, select: SelectConfig, fps: float, finder=None, sface=None) -> None:
+        from .config import DetectConfig
+        from .detect.finder import FaceFinder
+        from .identity.reference import load_references
+        from .identity.sface import SFace, align_for_sface
+
+        self._align = align_for_sface
+        self.sface = sface or SFace()
+        refs = load_references(select.references, finder or FaceFinder(DetectConfig()), self.sface)
+        self.mode = select.mode
+        self.selector = TrackSelector(select.mode, np.stack([r.embedding for r in refs]), fps=fps)
+
+    def observe(self, result: FrameResult) -> None:
+        faces = [f for f in result.faces if judgeable(f)]
+        if not faces:
+            return
+        crops = np.stack([self._align(result.frame.image, f.landmarks) for f in faces])  # [N, 112, 112, 3]
+        sims = self.selector.similarity(self.sface.embed(crops))
+        for face, sim in zip(faces, sims):
+            self.selector.observe(face.track_id, result.frame.index, float(sim))
+
+    def split(self, result: FrameResult) -> None:
+        """Move the faces left visible on this frame from ``result.faces`` to ``result.kept``."""
+        index = result.frame.index
+        kept = [f for f in result.faces if self.visible(f.track_id, index)]
+        if kept:
+            result.kept = kept
+            result.faces = [f for f in result.faces if not self.visible(f.track_id, index)]
+
+    def visible(self, track_id: int, frame_index: int) -> bool:
+        if self.mode == "only" and track_id not in self.selector.tracks:
+            return False  # never judged: anonymized
+        return self.selector.visible(track_id, frame_index)
+
+    def line(self) -> str:
+        shown, hidden = self.selector.counts()
+        what = "matched a --keep photo, left visible" if self.mode == "keep" else "did not match an --only photo, left visible"
+        return f"{shown} of {shown + hidden} judged track(s) {what}"

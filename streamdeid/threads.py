@@ -1,0 +1,125 @@
+"""Decoding and encoding on their own threads, connected to the caller's by bounded queues.
+
+FFmpeg, OpenCV and ONNX Runtime release the GIL, so on two cores the three overlap. A file
+source waits when inference is slow; memory stays bounded by ``QUEUE_FRAMES``.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+
+from .summary import StageTimes
+from .types import OutputClosed, StreamdeidError
+
+_END = object()  # end-of-stream marker on the queues
+QUEUE_FRAMES = 16  # frames in flight between threads (bounded memory)
+
+
+class _Worker(threading.Thread):
+    """A daemon thread that records the exception that ended it."""
+
+    def __init__(self, target: Callable[[], None], name: str) -> None:
+        super().__init__(name=name, daemon=True)
+        self._target_fn = target
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self._target_fn()
+        except BaseException as exc:  # re-raised on the main thread
+            self.error = exc
+
+
+def threaded_source(source: Iterable[object], stop: threading.Event, times: StageTimes) -> Iterator[object]:
+    """Decode on a background thread; yield its items on the caller's thread."""
+    q: queue.Queue = queue.Queue(maxsize=QUEUE_FRAMES)
+
+    def produce() -> None:
+        try:
+            it = iter(source)
+            while not stop.is_set():
+                t0 = time.perf_counter()
+                try:
+                    item = next(it)
+                except StopIteration:
+                    break
+                times.add("decode", time.perf_counter() - t0)
+                while not stop.is_set():
+                    try:
+                        q.put(item, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+        finally:
+            q.put(_END)
+
+    worker = _Worker(produce, "streamdeid-decode")
+    worker.start()
+    try:
+        while True:
+            item = q.get()
+            if item is _END:
+                break
+            yield item
+    finally:
+        stop.set()
+        while worker.is_alive():  # unblock a producer waiting on a full queue
+            try:
+                q.get(timeout=0.05)
+            except queue.Empty:
+                pass
+        worker.join()
+    if worker.error is not None:
+        raise worker.error
+
+
+class ThreadedSink:
+    """Encode/mux on a background thread; ``put`` blocks when the encoder lags."""
+
+    def __init__(self, write: Callable[[object], None], times: StageTimes) -> None:
+        self._q: queue.Queue = queue.Queue(maxsize=QUEUE_FRAMES)
+        self._write = write
+        self._times = times
+        self._worker = _Worker(self._consume, "streamdeid-encode")
+        self._worker.start()
+
+    def _consume(self) -> None:
+        while True:
+            item = self._q.get()
+            if item is _END:
+                return
+            t0 = time.perf_counter()
+            self._write(item)
+            self._times.add("encode", time.perf_counter() - t0)
+
+    def put(self, item: object) -> None:
+        while True:
+            if self._worker.error is not None:
+                if isinstance(self._worker.error, OutputClosed):
+                    raise self._worker.error
+                raise StreamdeidError(f"encoding failed: {self._worker.error}")
+            try:
+                self._q.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def close(self) -> None:
+        """Wait for every queued item to be written; re-raise an encoder error."""
+        while self._worker.is_alive():  # the encoder may die while the queue is full
+            try:
+                self._q.put(_END, timeout=0.1)
+                break
+            except queue.Full:
+                continue
+        self._worker.join()
+        if self._worker.error is not None:
+            err = self._worker.error
+            if isinstance(err, StreamdeidError):
+                raise err
+            if isinstance(err, OutputClosed):
+                raise err
+            raise StreamdeidError(f"encoding failed: {err}") from err

@@ -1,0 +1,166 @@
+"""Vault glue: what a run writes into its recovery vault (``VaultRecorder``, one vault per live segment),
+and how an output names its vault (``vault_path_for``, the video id tag). The vault format itself is
+streamdeid/vault/; recovery (putting faces back) is recovery.py.
+
+At run time ``VaultRecorder`` stores, per anonymized face, the frame rectangle the paste touched, the
+original pixels there, and which of them this face *owns* (the alpha channel of a BGRA crop, stored
+exactly; pixels outside the face's own mask are zeroed before they reach the vault's crop codec, so a
+track key never reveals a neighbour's face).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+from .anonymize import Anonymizer, reversible_method
+from .config import OutputConfig, PipelineConfig
+from .files import sha256_file
+from .keys import RunKeys
+from .render import PastedFace
+from .types import Frame, FrameResult, StreamdeidError
+from .vault import VaultWriter, source_fingerprint
+from .video.encoding import is_lossless
+
+VIDEO_ID_TAG = "comment"  # container tag that names the vault's video id in the output
+VIDEO_ID_PREFIX = "streamdeid-video-id:"
+
+
+def vault_path_for(output: Path) -> Path:
+    return output.with_name(output.name + ".sdv")
+
+
+def video_id_tag(video_id: bytes) -> dict[str, str]:
+    return {VIDEO_ID_TAG: VIDEO_ID_PREFIX + video_id.hex()}
+
+
+def read_video_id_tag(metadata: dict[str, str]) -> str | None:
+    for key, value in metadata.items():
+        if key.lower() == VIDEO_ID_TAG and value.startswith(VIDEO_ID_PREFIX):
+            return value[len(VIDEO_ID_PREFIX):]
+    return None
+
+
+class VaultRecorder:
+    """Observer for ``process_frames``: appends one vault record per pasted face.
+
+    ``mask_params`` of a record: (roi x, roi y, generated) where ``generated``
+    is 1.0 when the face was made by the reversible anonymizer ``reversible``
+    (dbaf: model-mode recovery applies) and 0.0 otherwise (solid fallback, blur).
+    """
+
+    def __init__(self, writer: VaultWriter, reversible: str | None = None) -> None:
+        self.writer = writer
+        self.reversible = reversible
+
+    def __call__(self, result: FrameResult, pasted: list[PastedFace]) -> None:
+        self.record(result.frame, pasted)
+
+    def record(self, frame: Frame, pasted: list[PastedFace]) -> None:
+        self.writer.advance(frame.index)  # closes the open chunk group on time, faces or not
+        for p in pasted:
+            generated = 1.0 if self.reversible is not None and p.method == self.reversible else 0.0
+            self.writer.append(
+                p.face.track_id, frame.index, frame.pts, p.aligned.inverse, len(p.aligned.crop),
+                _owned_bgra(p.original, p.owned) if self.writer.store_crops else None,
+                mask_params=(float(p.roi[0]), float(p.roi[1]), generated),
+            )
+
+
+class SegmentVaultWriter:
+    """One vault per live recording segment (``live.outputs.SegmentVault``).
+
+    Each segment is a video of its own: a fresh video id (tagged into the
+    segment file), frame indices from the segment's first frame, and its
+    vault beside it, so ``streamdeid recover SEGMENT`` works on any segment.
+    """
+
+    def __init__(self, keys: RunKeys, segment: Path, *, overwrite: bool,
+                 reversible: str | None = None, pipeline: dict | None = None, quality: str = "high") -> None:
+        self.keys = keys.for_next_video()
+        self.path = vault_path_for(segment)
+        if self.path.exists() and not overwrite:
+            raise StreamdeidError(f"{self.path} exists; pass --overwrite to replace it")
+        writer = open_vault_writer(self.path, self.keys, source="-", output=segment, store_crops=True,
+                                   overwrite=overwrite, pipeline=pipeline, quality=quality)
+        self._recorder = VaultRecorder(writer, reversible)
+        self.metadata = video_id_tag(self.keys.video_id)
+
+    def record(self, index: int, frame: Frame, pasted: list[PastedFace]) -> None:
+        self._recorder.record(frame, pasted)
+
+    def close(self, segment: Path, success: bool) -> None:
+        """Finish the vault; keep it beside the segment's final (or partial) file."""
+        writer = self._recorder.writer
+        if success:
+            writer.close()
+        else:
+            writer.abort()
+        target = vault_path_for(segment)
+        if target != self.path:
+            self.path.rename(target)
+            self.path = target
+
+
+def segment_vault_factory(keys: RunKeys, config: PipelineConfig, anonymizer: Anonymizer):
+    """A live run's ``vault_factory``: one ``SegmentVaultWriter`` per recorded segment."""
+    reversible = reversible_method(anonymizer)
+    pipeline = pipeline_meta(config, anonymizer)
+
+    def factory(segment: Path) -> SegmentVaultWriter:
+        return SegmentVaultWriter(keys, segment, reversible=reversible, pipeline=pipeline,
+                                  overwrite=config.output.overwrite, quality=vault_quality(config.output))
+
+    return factory
+
+
+def open_vault_writer(path: Path, keys: RunKeys, *, source: str, output: Path, store_crops: bool,
+                      overwrite: bool, pipeline: dict | None = None, quality: str = "high",
+                      fps: float | None = None) -> VaultWriter:
+    """``pipeline``: clear-text settings model-mode recovery needs to redo the paste
+    (anonymizer, model hash, crop size, align margin, blend mask); nothing secret.
+    ``quality``: the crop codec (vault.crops.QUALITIES); chunks hold about a second of ``fps``."""
+    meta = {"video_id": keys.video_id.hex(), "output": output.name}
+    if source != "-" and Path(source).is_file():
+        meta["source_fingerprint"] = source_fingerprint(source, keys.master)
+    if pipeline:
+        meta["pipeline"] = pipeline
+    chunk_frames = 25
+    if fps and fps > 0:
+        meta["fps"] = round(float(fps), 6)
+        chunk_frames = max(1, min(240, round(fps)))
+    return VaultWriter(path, meta, keys.master, store_crops=store_crops, overwrite=overwrite, quality=quality,
+                       chunk_frames=chunk_frames)
+
+
+def vault_quality(output: OutputConfig) -> str:
+    """The vault's crop codec: ``output.vault_quality``, where "auto" means lossless for a lossless
+    output (recovery stays bit-exact) and "high" otherwise."""
+    if output.vault_quality != "auto":
+        return output.vault_quality
+    return "lossless" if is_lossless(output) else "high"
+
+
+def pipeline_meta(config: PipelineConfig, anonymizer: Anonymizer) -> dict:
+    """What ``recover --mode model`` needs from the run, for the vault header."""
+    meta = {
+        "anonymizer": anonymizer.name,
+        "crop_size": config.align.crop_size,
+        "align_margin": config.align.margin,
+        "blend": asdict(config.blend),
+    }
+    model_path = anonymizer.model_path
+    if model_path is not None:
+        meta["model"] = {"file": Path(model_path).name, "sha256": sha256_file(model_path),
+                         "backend": anonymizer.backend_name or config.anonymize.backend}
+    return meta
+
+
+def _owned_bgra(original: np.ndarray, owned: np.ndarray) -> np.ndarray:
+    """[h, w, 3] original + [h, w] bool -> [h, w, 4] BGRA with unowned pixels zeroed."""
+    bgra = np.zeros(original.shape[:2] + (4,), np.uint8)
+    bgra[owned, :3] = original[owned]
+    bgra[owned, 3] = 255
+    return bgra

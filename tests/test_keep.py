@@ -1,0 +1,125 @@
+"""--keep / --only on real faces: a person from one shared clip, shown beside the people of another.
+
+The input puts head-pose-face-detection-male.mp4 (the reference person) on the left half of each frame
+and head-pose-face-detection-female-and-male.mp4 (two other people) on the right. The reference photo
+is a crop of one frame of the first clip. Coverage is judged from the pixels (solid fill changes
+every pixel it covers), per half, not from the pipeline's own decisions.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import av
+import cv2
+import numpy as np
+import pytest
+from conftest import decode, make_video, run_cli
+
+from streamdeid.eval.recall import changed_pixels
+from streamdeid.identity.selector import TrackSelector
+
+N = 40  # frames
+
+
+def _frames(path: Path, n: int) -> list[np.ndarray]:
+    with av.open(str(path)) as c:
+        out = []
+        for frame in c.decode(video=0):
+            out.append(frame.to_ndarray(format="bgr24"))
+            if len(out) == n:
+                return out
+    return out
+
+
+@pytest.fixture(scope="module")
+def side_by_side(media, tmp_path_factory):
+    d = tmp_path_factory.mktemp("keep")
+    left = [cv2.resize(f, (320, 240)) for f in _frames(media / "head-pose-face-detection-male.mp4", N)]
+    right = [cv2.resize(f, (320, 240)) for f in _frames(media / "head-pose-face-detection-female-and-male.mp4", N)]
+    n = min(len(left), len(right))
+    frames = [np.hstack([a, b]) for a, b in zip(left[:n], right[:n])]
+    clip = d / "two_clips.mp4"
+    make_video(clip, frames)
+    # the reference: the first clip's person, a frame the input does not hold (beyond N), full size
+    ref_frame = _frames(media / "head-pose-face-detection-male.mp4", N + 10)[-1]
+    ref = d / "ref.png"
+    cv2.imwrite(str(ref), ref_frame)
+    return d, clip, ref, decode(clip)
+
+
+def _covered_share(src: list[np.ndarray], out: list[np.ndarray], half: slice) -> np.ndarray:
+    """Per frame: the share of the half's pixels the output changed."""
+    return np.array([changed_pixels(a[:, half], b[:, half]).mean() for a, b in zip(src, out)])
+
+
+def test_keep_leaves_the_reference_visible_and_covers_the_others(side_by_side):
+    d, clip, ref, src = side_by_side
+    out, log = d / "keep.mp4", d / "keep.jsonl"
+    proc = run_cli("run", str(clip), "-o", str(out), "--keep", str(ref), "--anonymizer", "solid",
+                   "--export-tracks", str(log), "--no-progress")
+    assert proc.returncode == 0, proc.stderr
+    assert b"matched a --keep photo" in proc.stderr
+    res = decode(out)
+    assert len(res) == len(src)
+    right = _covered_share(src, res, slice(320, 640))
+    left = _covered_share(src, res, slice(0, 320))
+    # the two other people: covered on every frame (two solid faces change well over 2% of the half)
+    assert (right > 0.02).all(), f"others left visible on frames {np.flatnonzero(right <= 0.02).tolist()}"
+    # the reference person: visible (nothing changed on the left half) on >= 90% of the frames; the
+    # first judged frames are covered until 3 in a row match
+    assert (left < 0.005).mean() >= 0.9, left.round(3).tolist()
+    decisions = [json.loads(line) for line in log.read_text().splitlines() if '"decision"' in line]
+    assert any(x["decision"]["left_visible"] for x in decisions)
+    assert sum(x["decision"]["left_visible"] for x in decisions) == 1
+
+
+def test_only_anonymizes_the_reference(side_by_side):
+    d, clip, ref, src = side_by_side
+    out = d / "only.mp4"
+    proc = run_cli("run", str(clip), "-o", str(out), "--only", str(ref), "--anonymizer", "solid", "--no-progress")
+    assert proc.returncode == 0, proc.stderr
+    res = decode(out)
+    left = _covered_share(src, res, slice(0, 320))
+    assert (left > 0.01).all(), "the listed person was left visible"
+    everyone = d / "all.mp4"
+    assert run_cli("run", str(clip), "-o", str(everyone), "--anonymizer", "solid", "--no-progress").returncode == 0
+    right = _covered_share(src, res, slice(320, 640))
+    right_all = _covered_share(src, decode(everyone), slice(320, 640))
+    # of the two others, one is left visible once judged (the other came within ONLY_THRESHOLD of the
+    # reference on a frame, so it stays anonymized: the safe side)
+    assert (right < 0.7 * right_all).mean() >= 0.8, (right.round(3).tolist(), right_all.round(3).tolist())
+
+
+def test_reference_photo_errors(tmp_path, media):
+    out = tmp_path / "o.mp4"
+    two = run_cli("run", str(media / "head-pose-face-detection-male.mp4"), "-o", str(out),
+                  "--keep", str(media / "two_people.jpg"), "--no-progress")
+    assert two.returncode != 0 and b"faces in this reference photo" in two.stderr and b"Traceback" not in two.stderr
+    blank = tmp_path / "blank.png"
+    cv2.imwrite(str(blank), np.full((200, 200, 3), 128, np.uint8))
+    none = run_cli("run", str(media / "head-pose-face-detection-male.mp4"), "-o", str(out),
+                   "--keep", str(blank), "--no-progress")
+    assert none.returncode != 0 and b"no face found" in none.stderr and not out.exists()
+    both = run_cli("run", str(media / "head-pose-face-detection-male.mp4"), "-o", str(out),
+                   "--keep", str(blank), "--only", str(blank), "--no-progress")
+    assert both.returncode != 0 and b"exclude each other" in both.stderr
+
+
+def test_selector_fails_closed_on_a_switch():
+    ref = np.eye(128, dtype=np.float32)[:1]
+    sel = TrackSelector("keep", ref, fps=25)
+    for f in (0, 2, 4):
+        sel.observe(7, f, 0.9)
+    assert sel.visible(7, 0) and sel.visible(7, 5)
+    sel.observe(7, 6, 0.1)  # another person took the track over
+    assert not sel.visible(7, 6) and not sel.visible(7, 7)
+    assert sel.visible(7, 4) and not sel.visible(7, 5)  # covered from just after the last good judgement
+    assert not sel.visible(8, 0)  # a track never judged stays covered
+    only = TrackSelector("only", ref, fps=25)
+    for f in (0, 2, 4):
+        only.observe(1, f, 0.05)
+    assert only.visible(1, 4)
+    only.observe(1, 6, 0.5)  # matched once: anonymized for good, earlier frames too
+    assert not only.visible(1, 4) and not only.visible(1, 8)
