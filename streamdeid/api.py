@@ -205,6 +205,7 @@ def _anonymize_image(src: Path, out: Path, config: PipelineConfig, keys: RunKeys
     faces = [_still_face(i, dets) for i in range(len(dets))]
     renderer = renderer_for(config, keys)
     result = FrameResult(Frame(0, image, None, None), faces)
+    selection = _select_still(result, config, finder) if config.select.mode else None
     pasted = renderer.render(result)
     observers, closers = _observers(config)
     for obs in observers:
@@ -214,8 +215,20 @@ def _anonymize_image(src: Path, out: Path, config: PipelineConfig, keys: RunKeys
     write_image(out, image, overwrite=config.output.overwrite)
     summary = RunSummary(frames=1, faces=len(faces), tracks=len(faces), fallbacks=renderer.fallbacks,
                          leak_fallbacks=renderer.leak_fallbacks, seconds=time.perf_counter() - t0,
-                         smallest_face=finder.smallest_face(image.shape[1], image.shape[0]))
+                         smallest_face=finder.smallest_face(image.shape[1], image.shape[0]), selection=selection)
     return RunResult(out, summary)
+
+
+def _select_still(result: FrameResult, config: PipelineConfig, finder) -> str:
+    """--keep/--only on a still: one judged frame decides (there is no second); an unjudgeable face
+    (small, profile) is anonymized."""
+    from .selection import SelectStage
+
+    stage = SelectStage(config.select, fps=1.0, finder=finder)
+    stage.selector.confirm = 1
+    stage.observe(result)
+    stage.split(result)
+    return stage.line()
 
 
 def _still_face(i: int, dets):

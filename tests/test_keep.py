@@ -123,3 +123,31 @@ def test_selector_fails_closed_on_a_switch():
     assert only.visible(1, 4)
     only.observe(1, 6, 0.5)  # matched once: anonymized for good, earlier frames too
     assert not only.visible(1, 4) and not only.visible(1, 8)
+
+
+def test_keep_on_a_still(tmp_path, media):
+    """two_people.jpg with one of the two as the reference (cut from the photo itself): that one stays,
+    the other is covered."""
+    from streamdeid.config import DetectConfig
+    from streamdeid.detect.finder import FaceFinder
+
+    img = cv2.imread(str(media / "two_people.jpg"))
+    dets = FaceFinder(DetectConfig()).find(img, scan=True)
+    big = np.argsort(-(dets.boxes[:, 3] - dets.boxes[:, 1]))[:2]
+    x1, y1, x2, y2 = dets.boxes[big[0]].astype(int)
+    h = y2 - y1
+    ref = tmp_path / "ref.png"
+    cv2.imwrite(str(ref), img[max(0, y1 - h // 2):y2 + h // 2, max(0, x1 - h // 2):x2 + h // 2])
+    out = tmp_path / "out.png"
+    proc = run_cli("run", str(media / "two_people.jpg"), "-o", str(out), "--keep", str(ref),
+                   "--anonymizer", "solid", "--no-progress")
+    assert proc.returncode == 0, proc.stderr
+    res = cv2.imread(str(out))
+    changed = changed_pixels(img, res)
+
+    def share(i):
+        x1, y1, x2, y2 = dets.boxes[i].astype(int)
+        return changed[y1:y2, x1:x2].mean()
+
+    assert share(big[0]) < 0.05, "the reference person was covered"
+    assert share(big[1]) > 0.5, "the other person was left visible"

@@ -74,6 +74,7 @@ class TrackSelector:
         self.mode = mode
         self.references = np.asarray(references, np.float32).reshape(-1, 128)  # [R, 128] unit norm
         self.stale_frames = max(1, round(STALE_SECONDS * fps))
+        self.confirm = CONFIRM  # judged frames in a row that decide (1 for a still photo)
         self.tracks: dict[int, TrackEvidence] = {}
 
     def similarity(self, embeddings: np.ndarray) -> np.ndarray:
@@ -102,7 +103,7 @@ class TrackSelector:
                 ev.streak_start = frame_index
             ev.streak += 1
             ev.last_agreeing = frame_index
-            if ev.streak >= CONFIRM and not ev.matched and not ev.visible:
+            if ev.streak >= self.confirm and not ev.matched and not ev.visible:
                 ev.visible = True
                 ev.intervals.append([ev.streak_start, None])
         ev.ever_visible |= ev.visible
