@@ -151,3 +151,15 @@ def test_keep_on_a_still(tmp_path, media):
 
     assert share(big[0]) < 0.05, "the reference person was covered"
     assert share(big[1]) > 0.5, "the other person was left visible"
+
+
+def test_batch_takes_keep(side_by_side):
+    d, clip, ref, src = side_by_side
+    out_dir = d / "batch_out"
+    proc = run_cli("batch", str(clip), "-o", str(out_dir), "--keep", str(ref), "--anonymizer", "solid",
+                   "--no-progress")
+    assert proc.returncode == 0, proc.stderr
+    res = decode(out_dir / clip.name)
+    left = _covered_share(src, res, slice(0, 320))
+    right = _covered_share(src, res, slice(320, 640))
+    assert (right > 0.02).all() and (left < 0.005).mean() >= 0.9

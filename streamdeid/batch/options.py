@@ -11,14 +11,14 @@ from typing import Any
 
 import click
 
-from ..cli_config import RUN_OPTIONS, check_anonymizer_options
+from ..cli_config import RUN_OPTIONS, apply_selection, check_anonymizer_options
 from ..config import PipelineConfig
 from ..types import StreamdeidError
 
 #: run's options that set PipelineConfig fields (cli_config's table; the audit log is per run, not per batch)
 CONFIG_FIELDS = {k: v for k, v in RUN_OPTIONS.items() if k != "export_tracks"}
 #: run's options that a batch takes besides the config fields (the live, report and folder ones are run's own)
-OTHER_OPTIONS = ("key_file", "new_key", "no_vault", "no_crops", "no_progress")
+OTHER_OPTIONS = ("key_file", "new_key", "no_vault", "no_crops", "no_progress", "keep", "only")
 #: options a manifest row may set for its file (not the key: one master key per batch)
 PER_FILE = tuple(CONFIG_FIELDS) + ("no_vault", "no_crops")
 
@@ -39,6 +39,7 @@ def build_config(opts: dict[str, Any]) -> PipelineConfig:
         section, _, attr = path.rpartition(".")
         setattr(getattr(config, section) if section else config, attr, value)
     check_anonymizer_options({**opts, "method": config.anonymize.method, "backend": config.anonymize.backend})
+    apply_selection(config, opts)  # --keep/--only: the same reference photos for every file
     config.progress = False  # workers draw no bars: the driver has one over files
     return config
 
