@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from pathlib import Path
 
+import cv2
 import numpy as np
 
 from .anonymize import Anonymizer, reversible_method
@@ -159,8 +160,9 @@ def pipeline_meta(config: PipelineConfig, anonymizer: Anonymizer) -> dict:
 
 
 def _owned_bgra(original: np.ndarray, owned: np.ndarray) -> np.ndarray:
-    """[h, w, 3] original + [h, w] bool -> [h, w, 4] BGRA with unowned pixels zeroed."""
+    """[h, w, 3] original + [h, w] bool -> [h, w, 4] BGRA with unowned pixels zeroed.
+    (cv2.copyTo with a mask: boolean indexing cost 1.6 ms a face on hamilton, in the render thread.)"""
+    own = np.ascontiguousarray(owned).view(np.uint8)
     bgra = np.zeros(original.shape[:2] + (4,), np.uint8)
-    bgra[owned, :3] = original[owned]
-    bgra[owned, 3] = 255
+    cv2.copyTo(cv2.merge((np.ascontiguousarray(original), own * np.uint8(255))), own, bgra)
     return bgra
