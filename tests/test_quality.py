@@ -105,7 +105,7 @@ def test_lossless_round_trip_reports_infinite_psnr():
     assert jsonable(f)["psnr"] == "inf"  # strict JSON cannot hold inf: it is reported as the string
     json.dumps(jsonable(f), allow_nan=False)
     keys = EvalKeys(3)
-    back = vault_round_trip(crops, keys, "right")  # through the real vault (PNG in AES-GCM)
+    back = vault_round_trip(crops, keys, "right")  # through the real vault (lossless H.264 in AES-GCM)
     assert fidelity(crops, back)["psnr"] == math.inf
     assert vault_round_trip(crops, keys, "wrong") is None
 

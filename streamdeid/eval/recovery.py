@@ -64,8 +64,10 @@ class EvalKeys:
         return [FaceContext(i + 1, 0, derive.track_key(master, self.video_id, i + 1)) for i in range(n)]
 
 
-def vault_round_trip(crops: np.ndarray, keys: EvalKeys, which: str = "right") -> np.ndarray | None:
-    """Store ``crops`` in a vault under ``keys.right``, read them back with ``which`` key.
+def vault_round_trip(crops: np.ndarray, keys: EvalKeys, which: str = "right",
+                     quality: str = "lossless") -> np.ndarray | None:
+    """Store ``crops`` in a vault under ``keys.right`` (crop codec ``quality``: lossless, as a lossless
+    output's vault is), read them back with ``which`` key.
 
     Returns the recovered crops, or None when the vault refuses the key (a wrong
     key recovers nothing)."""
@@ -75,7 +77,7 @@ def vault_round_trip(crops: np.ndarray, keys: EvalKeys, which: str = "right") ->
     s = crops.shape[1]
     with tempfile.TemporaryDirectory(prefix="sdeid-eval-") as tmp:
         path = Path(tmp) / "eval.sdv"
-        with VaultWriter(path, {"video_id": keys.video_id.hex()}, keys.right) as vw:
+        with VaultWriter(path, {"video_id": keys.video_id.hex()}, keys.right, quality=quality) as vw:
             for i, crop in enumerate(crops):
                 vw.append(i + 1, 0, None, np.eye(2, 3), s, crop)
         reader = VaultReader(path)
