@@ -8,7 +8,7 @@ have none (recovery "not applicable").
 
 Vault mode needs no model: the original crops are stored encrypted and are
 restored bit-exactly with the right key. :func:`vault_round_trip` measures that
-through the real vault writer and reader (PNG inside AES-GCM), so a lossless
+through the real vault writer and reader (lossless H.264 inside AES-GCM), so a lossless
 result (PSNR ``inf``) is a measurement, not an assumption.
 """
 
