@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -62,12 +61,11 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for engines/ (script use only)
-    from engines.export_onnx import export_dbaf
     from streamdeid.backends import create_backend
     from streamdeid.backends.torch import TorchBackend
     from streamdeid.models import DBAFConfig
     from streamdeid.models.dbaf import DBAF, count_parameters
+    from streamdeid.models.onnx_export import export_dbaf
 
     torch.set_num_threads(args.threads)
     if not args.skip_table:

@@ -24,11 +24,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 CLIP = ROOT.parent / "shared" / "media" / "short_hamilton_clip.mp4"
 
+from devtools.publish import now_ms, read_stamp  # noqa: E402
 from devtools.rtsp import SERVER, Publisher, RtspServer, rss_kb  # noqa: E402
 
 from streamdeid.config import PipelineConfig  # noqa: E402
 from streamdeid.live import LiveConfig, run_live  # noqa: E402
-from streamdeid.live.publish import now_ms, read_stamp  # noqa: E402
 
 
 def main() -> int:

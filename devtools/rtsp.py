@@ -12,7 +12,7 @@ import threading
 import time
 from pathlib import Path
 
-from streamdeid.live.publish import publish_loop
+from .publish import publish_loop
 
 SERVER = shutil.which("rtsp-server-perl")  # None: not installed (the live tests skip)
 

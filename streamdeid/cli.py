@@ -213,7 +213,7 @@ def _run_live(source: str, output: str | None, config: PipelineConfig, live, *, 
     from .keys import run_keys
     from .live import LiveSourceLost, run_live
     from .vault_glue import segment_vault_factory
-    from .video.writer import is_stream_output
+    from .video.stream_writer import is_stream_output
 
     if output is None:
         raise StreamdeidError("a live input needs an output: -o FILE, -o rtsp://..., or -o - for stdout")

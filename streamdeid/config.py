@@ -30,10 +30,8 @@ class DetectConfig:
     scan_every: float = 0.25
     # Run the detector on every N-th frame (and on scene cuts), track in between.
     # None: 2, or 1 when the leak guard checks the anonymizer (dbaf): the guard
-    # compares faces at their landmarks, and a predicted ("held") landmark set can
-    # be 5-8 px off a 50 px face, which hid real matches from it (measured on
-    # short_hamilton_clip.mp4: SFace 0.25-0.35 at the guard, 0.38-0.47 at the
-    # offline check's re-detected landmarks).
+    # compares faces at their landmarks, and held (predicted) ones are 5-8 px off.
+    # Measured: docs/MODEL_CARD.md, "Leaks, and the guard that stops them".
     every: int | None = None
     # While no face is tracked, detect only every N-th frame: a face that appears
     # in between is back-filled by the look-ahead buffer once it is detected.
@@ -95,16 +93,8 @@ class AnonymizeConfig:
     # >= ``leak_threshold`` that also beats the original-vs-face-blanked
     # similarity by ``leak_margin`` (0: the threshold alone; see
     # streamdeid.identity.leakcheck for why the margin).
-    # Defaults: every frame (a face between two checks is not checked at all), and
-    # much stricter than the offline check (0.363 / 0.15), because the guard judges
-    # the frame before it is encoded: on short_hamilton_clip.mp4 (small faces) the
-    # H.264 encode alone moved the SFace similarity of a generated face to its
-    # original by up to +0.23 (mean +0.014, sd 0.058 over 763 faces). Measured
-    # there with the shipped model (see docs/MODEL_CARD.md): every 15th frame at
-    # 0.363 / 0.15 let 13 of 748 faces through, every frame at 0.30 / 0.10 still 2-5
-    # (varying with the run's random keys). With 0.25 / 0.05 every frame and the
-    # detector on every frame (DetectConfig.every), five runs of all five clips
-    # (1225 faces each) leaked 0, 0, 0, 0 and 1 face: lower, not zero.
+    # Defaults (every frame, 0.25 / 0.05: stricter than the offline 0.363 / 0.15, because the guard judges
+    # the frame before H.264 moves it), measured: docs/MODEL_CARD.md, "Leaks, and the guard that stops them".
     leak_guard: bool = True
     leak_first_frames: int = 3
     leak_every: int = 1

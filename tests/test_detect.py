@@ -1,4 +1,5 @@
 import os
+from types import SimpleNamespace
 
 import cv2
 import numpy as np
@@ -184,9 +185,17 @@ def test_scrfd_nms():
 
 
 class _FakeSession:
+    """What ScrfdDetector reads of an onnxruntime session: a dynamic-size input and 9 outputs."""
+
     def __init__(self, outputs):
         self.outputs = outputs
         self.blob_shape = None
+
+    def get_inputs(self):
+        return [SimpleNamespace(name="input.1", shape=[1, 3, "height", "width"])]
+
+    def get_outputs(self):
+        return [SimpleNamespace(name=str(i)) for i in range(len(self.outputs))]
 
     def run(self, names, feed):
         (blob,) = feed.values()
@@ -195,14 +204,12 @@ class _FakeSession:
 
 
 def test_scrfd_letterbox_maps_back_to_frame():
-    det = ScrfdDetector.__new__(ScrfdDetector)
-    det.cfg = DetectConfig(backend="insightface", model_path="x.onnx", input_size=640)
-    det._fixed_hw, det._input_name, det._output_names = None, "input.1", [str(i) for i in range(9)]
     # a face at (100..200, 40..160) in input pixels of a 640x640 letterbox
     face = (8, 12, 18, 0, 0.95, (44, 56, 56, 64), np.tile([0.0, 0.0], 5))
-    det._session = _FakeSession(_synthetic_outputs(640, 640, [face]))
+    session = _FakeSession(_synthetic_outputs(640, 640, [face]))
+    det = ScrfdDetector(DetectConfig(backend="insightface", model_path="x.onnx", input_size=640), session=session)
     dets = det.detect(np.zeros((360, 1280, 3), np.uint8))  # scale 0.5, padded at the bottom
-    assert det._session.blob_shape == (1, 3, 640, 640)
+    assert session.blob_shape == (1, 3, 640, 640)
     assert len(dets) == 1
     np.testing.assert_allclose(dets.boxes[0], [200, 80, 400, 320], atol=1e-4)
     np.testing.assert_allclose(dets.landmarks[0], np.tile([288, 192], (5, 1)), atol=1e-4)

@@ -21,11 +21,11 @@ import numpy as np
 import pytest
 
 from browser import header_facts
+from devtools.publish import read_stamp, stamp_time
 from devtools.rtsp import SERVER, Publisher, RtspServer, rss_kb
 from streamdeid.config import PipelineConfig
 from streamdeid.live import LiveConfig, LiveSource, LiveSourceLost, live_lookahead_frames, run_live, segment_path
 from streamdeid.live.fresh import END, FreshQueue
-from streamdeid.live.publish import read_stamp, stamp_time
 from streamdeid.live.source import Discontinuity, _Timeline
 from streamdeid.pipeline import build_renderer
 from streamdeid.types import Frame, StreamdeidError

@@ -267,6 +267,8 @@ def test_runtime_imports_without_torch():
     code = (
         "import sys; sys.modules['torch'] = None\n"
         "import streamdeid, streamdeid.backends, streamdeid.backends.onnxrt\n"
+        "import streamdeid.cli, streamdeid.pipeline, streamdeid.live\n"
+        "assert not [m for m in sys.modules if m.startswith('streamdeid.models')], 'runtime imported models'\n"
         "from streamdeid.models.config import DBAFConfig\n"
         "from streamdeid.models.io import read_checkpoint_header\n"
         "assert DBAFConfig().key_shape == (10, 128)\n"

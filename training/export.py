@@ -1,4 +1,4 @@
-"""``export``: trained generator -> safetensors (+ JSON header), ONNX (engines/export_onnx.py), manifest.
+"""``export``: trained generator -> safetensors (+ JSON header), ONNX (streamdeid.models.onnx_export), manifest.
 
 The output directory (``--out``, default ``RUN/weights``) receives::
 
@@ -22,6 +22,7 @@ import torch
 from streamdeid.files import sha256_file
 from streamdeid.models.dbaf import DBAF
 from streamdeid.models.io import load_checkpoint, save_checkpoint
+from streamdeid.models.onnx_export import PARITY_ATOL, check_parity, export_dbaf
 
 from .trainer import git_commit, latest_state, load_state
 
@@ -58,8 +59,6 @@ def load_generator(src: Path) -> tuple[DBAF, dict]:
 
 def export(run_root: str | Path, out_dir: str | Path | None = None, *, init: str | None = None,
            dataset: str = "", opset: int = 17, log=print) -> dict:
-    from engines.export_onnx import PARITY_ATOL, check_parity, export_dbaf
-
     run_root = Path(run_root)
     out = Path(out_dir) if out_dir else run_root / "weights"
     out.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,4 @@
-"""ONNX Runtime backend for an exported DBAF graph (see engines/export_onnx.py)."""
+"""ONNX Runtime backend for an exported DBAF graph (see streamdeid.models.onnx_export)."""
 
 from __future__ import annotations
 

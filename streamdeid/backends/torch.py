@@ -1,4 +1,9 @@
-"""Torch backend: runs a DBAF safetensors checkpoint directly (CPU or a CUDA device)."""
+"""Torch backend: runs a DBAF safetensors checkpoint directly (CPU or a CUDA device).
+
+Optional (``--backend torch``, needs the ``train`` extra): the one runtime module
+that imports ``streamdeid.models``, and only inside the constructor, so importing
+``streamdeid.backends`` needs no torch.
+"""
 
 from __future__ import annotations
 

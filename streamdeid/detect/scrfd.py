@@ -65,6 +65,19 @@ def decode_scrfd(outputs: list[np.ndarray], input_hw: tuple[int, int], score_thr
     return np.concatenate(boxes), np.concatenate(scores), np.concatenate(kps)
 
 
+def _load_session(model_path: str):
+    if not model_path:
+        raise StreamdeidError("the insightface (SCRFD) detector needs --model PATH to an scrfd .onnx file")
+    if not os.path.isfile(model_path):
+        raise StreamdeidError(f"SCRFD model file not found: {model_path}")
+    import onnxruntime as ort
+
+    try:
+        return ort.InferenceSession(model_path, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime raises its own exception types
+        raise StreamdeidError(f"cannot load SCRFD model {model_path}: {str(exc).strip().splitlines()[0]}") from None
+
+
 class ScrfdDetector:
     """Letterboxes the frame (top-left aligned) into the network input.
 
@@ -72,17 +85,10 @@ class ScrfdDetector:
     ``cfg.input_size`` (0: the frame's size), rounded up to a multiple of 32.
     """
 
-    def __init__(self, cfg: DetectConfig) -> None:
-        if not cfg.model_path:
-            raise StreamdeidError("the insightface (SCRFD) detector needs --model PATH to an scrfd .onnx file")
-        if not os.path.isfile(cfg.model_path):
-            raise StreamdeidError(f"SCRFD model file not found: {cfg.model_path}")
-        import onnxruntime as ort
-
-        try:
-            self._session = ort.InferenceSession(cfg.model_path, providers=["CPUExecutionProvider"])
-        except Exception as exc:  # onnxruntime raises its own exception types
-            raise StreamdeidError(f"cannot load SCRFD model {cfg.model_path}: {str(exc).strip().splitlines()[0]}") from None
+    def __init__(self, cfg: DetectConfig, *, session=None) -> None:
+        """``session``: an already loaded model with onnxruntime's ``get_inputs``/``get_outputs``/``run``
+        (tests pass a double); None loads ``cfg.model_path`` on the CPU."""
+        self._session = session if session is not None else _load_session(cfg.model_path)
         self.cfg = cfg
         inp = self._session.get_inputs()[0]
         self._input_name = inp.name

@@ -27,7 +27,8 @@ from typing import Protocol
 from streamdeid.config import OutputConfig
 from streamdeid.types import Frame, StreamdeidError
 from streamdeid.video.reader import AudioPacket
-from streamdeid.video.writer import StreamWriter, VideoTemplate, VideoWriter, is_stream_output
+from streamdeid.video.stream_writer import StreamWriter, is_stream_output
+from streamdeid.video.writer import VideoTemplate, VideoWriter
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,10 @@
-"""DBAF networks in torch (used by training/ and engines/; the runtime never imports this).
+"""DBAF networks in torch (the ``train`` extra).
+
+Who imports this: training/, engines/ and ``onnx_export`` (train and export),
+and at run time only the optional torch backend (``--backend torch``,
+``streamdeid/backends/torch.py``), which imports ``dbaf`` and ``io`` inside its
+constructor. The default runtime (ONNX Runtime backend, or no DBAF at all)
+never imports this package, so it runs without torch.
 
 ``config`` is torch-free; the network modules are imported lazily on first
 attribute access, so ``from streamdeid.models.config import DBAFConfig`` works

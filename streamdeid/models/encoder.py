@@ -12,24 +12,10 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from .config import DBAFConfig
-from .layers import ConvLayer, EqualConv2d, EqualLinear, fused_leaky_relu, upsample2x
-
-
-class EncoderBlock(nn.Module):
-    """Residual downsampling block: [B, Cin, H, W] -> [B, Cout, H/2, W/2]."""
-
-    def __init__(self, in_ch: int, out_ch: int):
-        super().__init__()
-        self.conv1 = ConvLayer(in_ch, in_ch, 3)
-        self.conv2 = ConvLayer(in_ch, out_ch, 3, downsample=True)
-        self.skip = EqualConv2d(in_ch, out_ch, 1, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return (self.conv2(self.conv1(x)) + self.skip(F.avg_pool2d(x, 2))) / math.sqrt(2.0)
+from .layers import ConvLayer, EqualConv2d, EqualLinear, ResDownBlock, fused_leaky_relu, upsample2x
 
 
 class StridedConv(nn.Module):
@@ -68,7 +54,7 @@ class Encoder(nn.Module):
         self.blocks = nn.ModuleList()
         in_ch = stem_ch
         for k in range(1, 5):  # R -> R/16
-            self.blocks.append(EncoderBlock(in_ch, ch[R >> k]))
+            self.blocks.append(ResDownBlock(in_ch, ch[R >> k]))
             in_ch = ch[R >> k]
         rc, rm, rf = cfg.feature_resolutions
         # FPN top-down path (e4e: p2 = up(p1) + lateral(c2) ...)

@@ -99,6 +99,24 @@ class ConvLayer(nn.Module):
         return self.act(x) if self.act is not None else x
 
 
+class ResDownBlock(nn.Module):
+    """Residual downsampling block: [B, Cin, H, W] -> [B, Cout, H/2, W/2].
+
+    One definition for the encoder backbone and the discriminator; its
+    submodule names (conv1, conv2, skip) are the state-dict keys of the shipped
+    weights under both ``Encoder.blocks`` and ``Discriminator.convs``.
+    """
+
+    def __init__(self, in_ch: int, out_ch: int):
+        super().__init__()
+        self.conv1 = ConvLayer(in_ch, in_ch, 3)
+        self.conv2 = ConvLayer(in_ch, out_ch, 3, downsample=True)
+        self.skip = EqualConv2d(in_ch, out_ch, 1, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (self.conv2(self.conv1(x)) + self.skip(F.avg_pool2d(x, 2))) / math.sqrt(2.0)
+
+
 class ModulatedConv2d(nn.Module):
     """StyleGAN2 modulated convolution (Karras et al. 2020, eq. 1-3).
 

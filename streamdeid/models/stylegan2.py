@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from .config import DBAFConfig
@@ -15,6 +12,7 @@ from .layers import (
     EqualConv2d,
     EqualLinear,
     PixelNorm,
+    ResDownBlock,
     StyledConv,
     ToRGB,
 )
@@ -122,19 +120,6 @@ class Decoder(nn.Module):
         return skip
 
 
-class DiscResBlock(nn.Module):
-    def __init__(self, in_ch: int, out_ch: int):
-        super().__init__()
-        self.conv1 = ConvLayer(in_ch, in_ch, 3)
-        self.conv2 = ConvLayer(in_ch, out_ch, 3, downsample=True)
-        self.skip = EqualConv2d(in_ch, out_ch, 1, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [B, Cin, H, W] -> [B, Cout, H/2, W/2]
-        out = self.conv2(self.conv1(x))
-        skip = self.skip(F.avg_pool2d(x, 2))
-        return (out + skip) / math.sqrt(2.0)
-
-
 class Discriminator(nn.Module):
     """StyleGAN2 residual discriminator with minibatch standard deviation."""
 
@@ -144,7 +129,7 @@ class Discriminator(nn.Module):
         self.stddev_group = stddev_group
         blocks: list[nn.Module] = [ConvLayer(3, ch[cfg.resolution], 1)]
         for res in reversed(cfg.resolutions[1:]):
-            blocks.append(DiscResBlock(ch[res], ch[res // 2]))
+            blocks.append(ResDownBlock(ch[res], ch[res // 2]))
         self.convs = nn.Sequential(*blocks)
         self.final_conv = ConvLayer(ch[4] + 1, ch[4], 3)
         self.final_linear = nn.Sequential(EqualLinear(ch[4] * 16, ch[4], activation=True), EqualLinear(ch[4], 1))

@@ -12,11 +12,14 @@ container forces another time base), preserving variable frame rate and the
 frame count. Audio packets are stream-copied when the output container
 accepts their codec, otherwise decoded and re-encoded (e.g. AAC -> Opus for
 WebM). One thread at a time may use a writer.
+
+Beside it: video/partial.py (the partial file, its lock, the final move, stills)
+and video/stream_writer.py (``StreamWriter``: URLs and stdout); both are
+re-exported here.
 """
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 from fractions import Fraction
@@ -24,12 +27,11 @@ from pathlib import Path
 from typing import Protocol
 
 import av
-import cv2
 import numpy as np
 from av.video.reformatter import Interpolation
 
 from streamdeid.config import OutputConfig
-from streamdeid.types import Frame, OutputClosed, StreamdeidError
+from streamdeid.types import Frame, StreamdeidError
 from streamdeid.video import gif
 from streamdeid.video.encoding import (
     MP4_LIKE,
@@ -41,7 +43,8 @@ from streamdeid.video.encoding import (
     pick_audio_encoder,
 )
 from streamdeid.video.finish import faststart_copy
-from streamdeid.video.reader import AudioPacket, ColorInfo, error_reason, redact_url
+from streamdeid.video.partial import check_overwrite, claim_partial, partial_path_for, publish, write_image
+from streamdeid.video.reader import AudioPacket, ColorInfo, error_reason
 
 log = logging.getLogger(__name__)
 
@@ -62,65 +65,6 @@ class VideoTemplate(Protocol):
     rotation: int
     color: ColorInfo
     audio_stream: av.audio.stream.AudioStream | None
-
-
-def partial_path_for(path: Path) -> Path:
-    """``out.mp4`` -> ``out.partial.mp4``: same directory, so the final
-    rename is atomic, and the same extension, so players still open it."""
-    return path.with_name(f"{path.stem}.partial{path.suffix}")
-
-
-def claim_partial(partial: Path, final: Path) -> int:
-    """Create or open ``partial`` and hold an exclusive lock on it for this run (an fd to close when
-    done). Two runs writing one output name would otherwise write one file and both "finish" it: the
-    second is told at once instead. A partial file left by a run that died is not locked, and is
-    reused. Filesystem errors read as what they are."""
-    import fcntl
-
-    try:
-        fd = os.open(partial, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as exc:
-        raise StreamdeidError(f"cannot create {partial}: {exc.strerror}") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        raise StreamdeidError(f"another run is writing {final} (it holds {partial})") from None
-    return fd
-
-
-def publish(finished: Path, final: Path, overwrite: bool) -> None:
-    """Move ``finished`` to ``final``. Without ``overwrite`` it never replaces a file that appeared
-    there meanwhile (a hard link fails on an existing name: no window between test and rename)."""
-    try:
-        if overwrite:
-            os.replace(finished, final)
-            return
-        try:
-            os.link(finished, final)
-        except FileExistsError:
-            raise StreamdeidError(f"{final} appeared while this run was writing it; this run's result "
-                                  f"is kept at {finished}") from None
-        except OSError as exc:
-            if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
-                raise
-            if final.exists():  # no hard links on this filesystem: test, then rename
-                raise StreamdeidError(f"{final} appeared while this run was writing it; this run's "
-                                      f"result is kept at {finished}") from None
-            os.replace(finished, final)
-            return
-        finished.unlink()
-    except OSError as exc:
-        raise StreamdeidError(f"cannot move {finished} to {final}: {exc.strerror}") from None
-
-
-def check_overwrite(path: Path, overwrite: bool) -> None:
-    if path.exists() and not overwrite:
-        raise StreamdeidError(f"output exists: {path} (pass --overwrite to replace it)")
-    if path.is_dir():
-        raise StreamdeidError(f"output path is a directory: {path}")
-    if not path.parent.is_dir():
-        raise StreamdeidError(f"output folder does not exist: {path.parent}")
 
 
 class VideoWriter:
@@ -439,158 +383,20 @@ class VideoWriter:
         self._release()
 
 
-# Live outputs: where a stream goes -> (muxer, pseudo-extension for codec checks).
-STREAM_OUTPUTS = {"rtsp://": "rtsp", "rtmp://": "flv", "srt://": "mpegts", "udp://": "mpegts", "tcp://": "mpegts"}
-STDOUT = "-"
-# Encoder settings for live pushes: no B-frames or look-ahead queue in x264
-# (each would add frames of delay) and a keyframe every 2 s so a player that
-# joins mid-stream starts quickly.
-LIVE_X264 = {"tune": "zerolatency"}
+# The live targets (URLs, stdout) are in stream_writer.py, which builds on VideoWriter above; imported
+# last so that ``from streamdeid.video.writer import StreamWriter, open_writer`` keeps working.
+from streamdeid.video.stream_writer import (  # noqa: E402
+    LIVE_X264,
+    STDOUT,
+    STREAM_OUTPUTS,
+    X264_LIVE_CODECS,
+    StreamWriter,
+    is_stream_output,
+    open_writer,
+)
 
-
-def is_stream_output(target: str) -> bool:
-    """``-`` (stdout) or a URL the writer pushes to instead of a file."""
-    return target == STDOUT or str(target).lower().startswith(tuple(STREAM_OUTPUTS))
-
-
-class StreamWriter(VideoWriter):
-    """A ``VideoWriter`` that pushes to a live target instead of a file:
-    ``rtsp://host:port/path`` (RTSP ANNOUNCE/RECORD), ``rtmp://`` (FLV),
-    ``srt://``/``udp://``/``tcp://`` (MPEG-TS) or ``-`` (stdout, MPEG-TS or
-    Matroska via ``container``). There is no partial file: what was sent is
-    sent, so ``close(success=False)`` just ends the stream.
-    """
-
-    def __init__(
-        self,
-        target: str,
-        template: VideoTemplate,
-        config: OutputConfig,
-        *,
-        container: str = "mpegts",
-        options: dict[str, str] | None = None,
-        timeout: float | None = 10.0,
-    ) -> None:
-        self.target = target
-        self._container_name, self._options, self._timeout = container, options, timeout
-        self._reader_gone = False  # stdout's reader hung up (EPIPE)
-        # ``path`` names what close() returns and a live run lists as its segment: "-", or "stream"
-        # for a URL (which may hold credentials, so it is not used as a path).
-        super().__init__(Path(target) if target == STDOUT else Path("stream"), template, config)
-
-    def _open_container(self) -> av.container.OutputContainer:
-        """Open the target itself: no partial file, what was sent is sent."""
-        import sys
-
-        self.partial_path = self.path
-        target = self.target
-        if target == STDOUT:
-            ext = ".mkv" if self._container_name in ("matroska", "mkv") else ".ts"
-            fmt = "matroska" if ext == ".mkv" else "mpegts"
-        else:
-            scheme = target.split("://", 1)[0].lower() + "://"
-            fmt = STREAM_OUTPUTS[scheme]
-            ext = ".mkv" if fmt in ("rtsp", "flv") else ".ts"  # codec checks only: both take H.264/AAC
-        self._ext = ext
-        self._stream_fmt = fmt
-        encoding = choose_video_encoding(self._config, self._template.width, self._template.height, ext)
-        if encoding.codec in X264_LIVE_CODECS:
-            encoding.options = {**encoding.options, **LIVE_X264}
-            rate = self._template.average_rate
-            encoding.options.setdefault("g", str(max(1, round(2 * float(rate)))) if rate else "50")
-        self._encoding = encoding
-        opts = {"flush_packets": "1", **(self._options or {})}
-        try:
-            if target == STDOUT:
-                return av.open(sys.stdout.buffer, mode="w", format=fmt, options=opts)
-            return av.open(target, mode="w", format=fmt, options=opts, timeout=self._timeout)
-        except _AV_ERRORS as exc:
-            raise StreamdeidError(f"cannot open output {redact_url(target)}: {error_reason(exc)}") from None
-
-    def _write_error(self, exc: BaseException) -> StreamdeidError:
-        if self.target == STDOUT and _is_broken_pipe(exc):
-            self._reader_gone = True
-            return OutputClosed(f"the reader of - hung up after {self._frames_written} frames; stopped")
-        return super()._write_error(exc)
-
-    def _accepts(self, codec: str) -> bool:
-        if self._stream_fmt in ("rtsp", "flv", "mpegts"):
-            return codec in ("h264", "hevc", "libx264", "libx265", "aac", "mp3", "opus", "libopus", "ac3")
-        return super()._accepts(codec)
-
-    def close(self, success: bool = True) -> Path | None:
-        if self._closed:
-            return None
-        if self._frames_written == 0 or self._reader_gone:  # nobody to finish the stream for
-            self._discard()
-            return None
-        try:
-            self._finalize()
-        except StreamdeidError as exc:
-            if success:
-                raise
-            log.warning("ending %s: %s", redact_url(self.target), exc)
-        return self.path if success else None
-
-    def abort_keep_partial(self) -> Path:
-        self.close(success=False)
-        return self.path
-
-    def _destination(self) -> str:
-        return f"pushing to {redact_url(self.target)}"
-
-    def _discard(self) -> None:
-        self._closed = True
-        try:
-            self._container.close()
-        except _AV_ERRORS:
-            pass
-
-
-X264_LIVE_CODECS = frozenset({"libx264", "libx264rgb", "libx265"})
-
-
-def open_writer(
-    target: str | os.PathLike[str],
-    template: VideoTemplate,
-    config: OutputConfig,
-    *,
-    stream_container: str = "mpegts",
-    stream_options: dict[str, str] | None = None,
-) -> VideoWriter:
-    """A ``StreamWriter`` for ``-``/URLs, else a file ``VideoWriter``."""
-    if is_stream_output(str(target)):
-        return StreamWriter(str(target), template, config, container=stream_container, options=stream_options)
-    return VideoWriter(target, template, config)
-
-
-def _is_broken_pipe(exc: BaseException) -> bool:
-    """EPIPE, as FFmpeg reports it or as PyAV's write callback re-raises Python's BrokenPipeError."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, BrokenPipeError) or getattr(seen, "errno", None) == errno.EPIPE:
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return "broken pipe" in str(exc).lower()
-
-
-def write_image(path: str | os.PathLike[str], image: np.ndarray, overwrite: bool = False) -> Path:
-    """Write a still image (format from the extension) via a partial file."""
-    target = Path(path)
-    check_overwrite(target, overwrite)
-    ext = target.suffix.lower()
-    params = [cv2.IMWRITE_JPEG_QUALITY, 95] if ext in (".jpg", ".jpeg") else []
-    try:
-        ok, data = cv2.imencode(ext, image, params)
-    except cv2.error:
-        ok = False
-    if not ok:
-        raise StreamdeidError(f"cannot encode an image as {ext or 'no extension'}: {target}")
-    partial = partial_path_for(target)
-    try:
-        partial.write_bytes(data.tobytes())
-        os.replace(partial, target)
-    except OSError as exc:
-        partial.unlink(missing_ok=True)
-        raise StreamdeidError(f"cannot write {target}: {exc.strerror}") from None
-    return target
+__all__ = [
+    "BGR_TO_YUV", "GIF_TIME_BASE", "LIVE_X264", "STDOUT", "STREAM_OUTPUTS", "X264_LIVE_CODECS", "StreamWriter",
+    "VideoTemplate", "VideoWriter", "check_overwrite", "claim_partial", "is_stream_output", "open_writer",
+    "partial_path_for", "publish", "write_image",
+]

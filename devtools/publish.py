@@ -1,4 +1,4 @@
-"""Publish a video file to an RTSP server in real time, looping (tests, benchmarks).
+"""Publish a video file to an RTSP server in real time, looping (the RTSP lab of devtools/rtsp.py; not packaged).
 
 A stand-in for an IP camera: decodes ``path`` and re-encodes it with
 low-latency x264 settings, pushing with RTSP ANNOUNCE/RECORD, paced to the

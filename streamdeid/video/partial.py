@@ -1,0 +1,98 @@
+"""Crash-safe output files: the partial file beside the output, its lock, the final move, and stills.
+
+An output is written to ``<stem>.partial<ext>`` next to the final path and moved there only on
+success, so a half-written file never masquerades as a finished one (``VideoWriter`` for videos,
+``write_image`` for stills).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from streamdeid.types import StreamdeidError
+
+
+def partial_path_for(path: Path) -> Path:
+    """``out.mp4`` -> ``out.partial.mp4``: same directory, so the final
+    rename is atomic, and the same extension, so players still open it."""
+    return path.with_name(f"{path.stem}.partial{path.suffix}")
+
+
+def claim_partial(partial: Path, final: Path) -> int:
+    """Create or open ``partial`` and hold an exclusive lock on it for this run (an fd to close when
+    done). Two runs writing one output name would otherwise write one file and both "finish" it: the
+    second is told at once instead. A partial file left by a run that died is not locked, and is
+    reused. Filesystem errors read as what they are."""
+    import fcntl
+
+    try:
+        fd = os.open(partial, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise StreamdeidError(f"cannot create {partial}: {exc.strerror}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise StreamdeidError(f"another run is writing {final} (it holds {partial})") from None
+    return fd
+
+
+def publish(finished: Path, final: Path, overwrite: bool) -> None:
+    """Move ``finished`` to ``final``. Without ``overwrite`` it never replaces a file that appeared
+    there meanwhile (a hard link fails on an existing name: no window between test and rename)."""
+    try:
+        if overwrite:
+            os.replace(finished, final)
+            return
+        try:
+            os.link(finished, final)
+        except FileExistsError:
+            raise StreamdeidError(f"{final} appeared while this run was writing it; this run's result "
+                                  f"is kept at {finished}") from None
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
+                raise
+            if final.exists():  # no hard links on this filesystem: test, then rename
+                raise StreamdeidError(f"{final} appeared while this run was writing it; this run's "
+                                      f"result is kept at {finished}") from None
+            os.replace(finished, final)
+            return
+        finished.unlink()
+    except OSError as exc:
+        raise StreamdeidError(f"cannot move {finished} to {final}: {exc.strerror}") from None
+
+
+def check_overwrite(path: Path, overwrite: bool) -> None:
+    if path.exists() and not overwrite:
+        raise StreamdeidError(f"output exists: {path} (pass --overwrite to replace it)")
+    if path.is_dir():
+        raise StreamdeidError(f"output path is a directory: {path}")
+    if not path.parent.is_dir():
+        raise StreamdeidError(f"output folder does not exist: {path.parent}")
+
+
+def write_image(path: str | os.PathLike[str], image: np.ndarray, overwrite: bool = False) -> Path:
+    """Write a still image (format from the extension) via a partial file."""
+    target = Path(path)
+    check_overwrite(target, overwrite)
+    ext = target.suffix.lower()
+    params = [cv2.IMWRITE_JPEG_QUALITY, 95] if ext in (".jpg", ".jpeg") else []
+    try:
+        ok, data = cv2.imencode(ext, image, params)
+    except cv2.error:
+        ok = False
+    if not ok:
+        raise StreamdeidError(f"cannot encode an image as {ext or 'no extension'}: {target}")
+    partial = partial_path_for(target)
+    try:
+        partial.write_bytes(data.tobytes())
+        os.replace(partial, target)
+    except OSError as exc:
+        partial.unlink(missing_ok=True)
+        raise StreamdeidError(f"cannot write {target}: {exc.strerror}") from None
+    return target

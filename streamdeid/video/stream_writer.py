@@ -1,0 +1,157 @@
+"""Live outputs: push encoded frames (and audio) to a URL or stdout instead of a file.
+
+``StreamWriter`` is a ``VideoWriter`` (video/writer.py) whose container is the target itself:
+``rtsp://`` (RTSP ANNOUNCE/RECORD), ``rtmp://`` (FLV), ``srt://``/``udp://``/``tcp://`` (MPEG-TS)
+or ``-`` (stdout). ``open_writer`` picks it or a file writer from the target.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+from pathlib import Path
+
+import av
+
+from streamdeid.config import OutputConfig
+from streamdeid.types import OutputClosed, StreamdeidError
+from streamdeid.video.encoding import choose_video_encoding
+from streamdeid.video.reader import error_reason, redact_url
+from streamdeid.video.writer import _AV_ERRORS, VideoTemplate, VideoWriter
+
+log = logging.getLogger(__name__)
+
+# Live outputs: where a stream goes -> (muxer, pseudo-extension for codec checks).
+STREAM_OUTPUTS = {"rtsp://": "rtsp", "rtmp://": "flv", "srt://": "mpegts", "udp://": "mpegts", "tcp://": "mpegts"}
+STDOUT = "-"
+# Encoder settings for live pushes: no B-frames or look-ahead queue in x264
+# (each would add frames of delay) and a keyframe every 2 s so a player that
+# joins mid-stream starts quickly.
+LIVE_X264 = {"tune": "zerolatency"}
+
+
+def is_stream_output(target: str) -> bool:
+    """``-`` (stdout) or a URL the writer pushes to instead of a file."""
+    return target == STDOUT or str(target).lower().startswith(tuple(STREAM_OUTPUTS))
+
+
+class StreamWriter(VideoWriter):
+    """A ``VideoWriter`` that pushes to a live target instead of a file:
+    ``rtsp://host:port/path`` (RTSP ANNOUNCE/RECORD), ``rtmp://`` (FLV),
+    ``srt://``/``udp://``/``tcp://`` (MPEG-TS) or ``-`` (stdout, MPEG-TS or
+    Matroska via ``container``). There is no partial file: what was sent is
+    sent, so ``close(success=False)`` just ends the stream.
+    """
+
+    def __init__(
+        self,
+        target: str,
+        template: VideoTemplate,
+        config: OutputConfig,
+        *,
+        container: str = "mpegts",
+        options: dict[str, str] | None = None,
+        timeout: float | None = 10.0,
+    ) -> None:
+        self.target = target
+        self._container_name, self._options, self._timeout = container, options, timeout
+        self._reader_gone = False  # stdout's reader hung up (EPIPE)
+        # ``path`` names what close() returns and a live run lists as its segment: "-", or "stream"
+        # for a URL (which may hold credentials, so it is not used as a path).
+        super().__init__(Path(target) if target == STDOUT else Path("stream"), template, config)
+
+    def _open_container(self) -> av.container.OutputContainer:
+        """Open the target itself: no partial file, what was sent is sent."""
+        import sys
+
+        self.partial_path = self.path
+        target = self.target
+        if target == STDOUT:
+            ext = ".mkv" if self._container_name in ("matroska", "mkv") else ".ts"
+            fmt = "matroska" if ext == ".mkv" else "mpegts"
+        else:
+            scheme = target.split("://", 1)[0].lower() + "://"
+            fmt = STREAM_OUTPUTS[scheme]
+            ext = ".mkv" if fmt in ("rtsp", "flv") else ".ts"  # codec checks only: both take H.264/AAC
+        self._ext = ext
+        self._stream_fmt = fmt
+        encoding = choose_video_encoding(self._config, self._template.width, self._template.height, ext)
+        if encoding.codec in X264_LIVE_CODECS:
+            encoding.options = {**encoding.options, **LIVE_X264}
+            rate = self._template.average_rate
+            encoding.options.setdefault("g", str(max(1, round(2 * float(rate)))) if rate else "50")
+        self._encoding = encoding
+        opts = {"flush_packets": "1", **(self._options or {})}
+        try:
+            if target == STDOUT:
+                return av.open(sys.stdout.buffer, mode="w", format=fmt, options=opts)
+            return av.open(target, mode="w", format=fmt, options=opts, timeout=self._timeout)
+        except _AV_ERRORS as exc:
+            raise StreamdeidError(f"cannot open output {redact_url(target)}: {error_reason(exc)}") from None
+
+    def _write_error(self, exc: BaseException) -> StreamdeidError:
+        if self.target == STDOUT and _is_broken_pipe(exc):
+            self._reader_gone = True
+            return OutputClosed(f"the reader of - hung up after {self._frames_written} frames; stopped")
+        return super()._write_error(exc)
+
+    def _accepts(self, codec: str) -> bool:
+        if self._stream_fmt in ("rtsp", "flv", "mpegts"):
+            return codec in ("h264", "hevc", "libx264", "libx265", "aac", "mp3", "opus", "libopus", "ac3")
+        return super()._accepts(codec)
+
+    def close(self, success: bool = True) -> Path | None:
+        if self._closed:
+            return None
+        if self._frames_written == 0 or self._reader_gone:  # nobody to finish the stream for
+            self._discard()
+            return None
+        try:
+            self._finalize()
+        except StreamdeidError as exc:
+            if success:
+                raise
+            log.warning("ending %s: %s", redact_url(self.target), exc)
+        return self.path if success else None
+
+    def abort_keep_partial(self) -> Path:
+        self.close(success=False)
+        return self.path
+
+    def _destination(self) -> str:
+        return f"pushing to {redact_url(self.target)}"
+
+    def _discard(self) -> None:
+        self._closed = True
+        try:
+            self._container.close()
+        except _AV_ERRORS:
+            pass
+
+
+X264_LIVE_CODECS = frozenset({"libx264", "libx264rgb", "libx265"})
+
+
+def open_writer(
+    target: str | os.PathLike[str],
+    template: VideoTemplate,
+    config: OutputConfig,
+    *,
+    stream_container: str = "mpegts",
+    stream_options: dict[str, str] | None = None,
+) -> VideoWriter:
+    """A ``StreamWriter`` for ``-``/URLs, else a file ``VideoWriter``."""
+    if is_stream_output(str(target)):
+        return StreamWriter(str(target), template, config, container=stream_container, options=stream_options)
+    return VideoWriter(target, template, config)
+
+
+def _is_broken_pipe(exc: BaseException) -> bool:
+    """EPIPE, as FFmpeg reports it or as PyAV's write callback re-raises Python's BrokenPipeError."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, BrokenPipeError) or getattr(seen, "errno", None) == errno.EPIPE:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return "broken pipe" in str(exc).lower()
