@@ -59,13 +59,15 @@ def psnr(se: float, n: int) -> float | None:
     return None if n == 0 else (float("inf") if se == 0 else 10 * np.log10(255 ** 2 * n / se))
 
 
-def vault_crop_psnr(code: Path, vault: Path, key: Path, source: list[np.ndarray]) -> tuple[float | None, dict]:
-    """The vault's crops (owned pixels) against the decoded source; reads the vault with the code under test."""
+def read_vault(code: Path, vault: Path, key: Path, source: list[np.ndarray]):
+    """One pass over the vault with the code under test: PSNR of its crops (owned pixels) against the
+    decoded source, its keyless inspect(), and each frame's owned-pixel mask [H, W] bool."""
     sys.path.insert(0, str(code))
     from streamdeid.keys import load_key
     from streamdeid.vault import VaultReader
 
     reader = VaultReader(vault)
+    masks: dict[int, np.ndarray] = {}
     se = n = 0
     for rec in reader.records(load_key(key)):
         if rec.crop is None:
@@ -75,8 +77,9 @@ def vault_crop_psnr(code: Path, vault: Path, key: Path, source: list[np.ndarray]
         own = rec.crop[..., 3] > 0 if rec.crop.shape[2] == 4 else np.ones((h, w), bool)
         d = rec.crop[own, :3].astype(np.float64) - source[rec.frame_index][y:y + h, x:x + w][own]
         se, n = se + float((d ** 2).sum()), n + d.size
+        masks.setdefault(rec.frame_index, np.zeros(source[0].shape[:2], bool))[y:y + h, x:x + w] |= own
     sys.path.remove(str(code))
-    return psnr(se, n), reader.inspect()
+    return psnr(se, n), reader.inspect(), masks
 
 
 def face_psnr(recovered: list[np.ndarray], source: list[np.ndarray], masks: dict[int, np.ndarray]) -> float | None:
@@ -86,23 +89,6 @@ def face_psnr(recovered: list[np.ndarray], source: list[np.ndarray], masks: dict
         d = recovered[i][m].astype(np.float64) - source[i][m]
         se, n = se + float((d ** 2).sum()), n + d.size
     return psnr(se, n)
-
-
-def owned_masks(code: Path, vault: Path, key: Path, shape) -> dict[int, np.ndarray]:
-    sys.path.insert(0, str(code))
-    from streamdeid.keys import load_key
-    from streamdeid.vault import VaultReader
-
-    masks: dict[int, np.ndarray] = {}
-    for rec in VaultReader(vault).records(load_key(key)):
-        if rec.crop is None:
-            continue
-        x, y = int(rec.mask_params[0]), int(rec.mask_params[1])
-        h, w = rec.crop.shape[:2]
-        m = masks.setdefault(rec.frame_index, np.zeros(shape, bool))
-        m[y:y + h, x:x + w] |= rec.crop[..., 3] > 0 if rec.crop.shape[2] == 4 else True
-    sys.path.remove(str(code))
-    return masks
 
 
 def fps_of(stderr: str) -> float | None:
@@ -129,12 +115,11 @@ def bench_clip(clip: str, args, key: Path, out: Path) -> dict:
         wall, err = timed(args.repeat, lambda: cli(args.code, "run", src, "-o", anon, "--key-file", key,
                                                    "--overwrite", *extra))
         vault = anon.with_name(anon.name + ".sdv")
-        crop_db, info = vault_crop_psnr(args.code, vault, key, source)
+        crop_db, info, masks = read_vault(args.code, vault, key, source)
         rec = anon.with_name(f"{clip}_{q}_recovered.{'mkv' if lossless else 'mp4'}")
         rwall, _ = timed(args.repeat, lambda: cli(args.code, "recover", anon, "--key-file", key, "-o", rec,
                                                   "--overwrite", *(["--codec", "ffv1"] if lossless else [])))
         recovered = decode(rec)
-        masks = owned_masks(args.code, vault, key, source[0].shape[:2])
         entry = {
             "run_wall_s": round(wall, 2), "run_fps": fps_of(err),
             "vault_bytes": vault.stat().st_size, "output_bytes": anon.stat().st_size,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .config import PipelineConfig
+from .config import AnonymizeConfig, PipelineConfig
 from .types import StreamdeidError
 
 #: ``streamdeid run`` option -> PipelineConfig field ("section.field")
@@ -82,11 +82,13 @@ def apply_selection(config: PipelineConfig, options: dict[str, Any]) -> None:
 def check_anonymizer_options(options: dict[str, Any]) -> None:
     """--model and --no-crops only go with dbaf; a dbaf model is found (and checked) before any output.
     ``options`` may omit keys (a batch manifest row): missing means the default."""
-    method, model_path = options.get("method") or "blur", options.get("model_path")
+    defaults = AnonymizeConfig()
+    method, model_path = options.get("method") or defaults.method, options.get("model_path")
     if method == "dbaf":
         from .anonymize.dbaf import resolve_model_path
 
-        resolve_model_path(model_path, options.get("backend") or "onnxrt")  # fail before touching any output
+        # fail before touching any output
+        resolve_model_path(model_path, options.get("backend") or defaults.backend)
     elif model_path is not None:
         raise StreamdeidError("--model is for --anonymizer dbaf")
     if options.get("no_crops") and method != "dbaf":

@@ -50,16 +50,10 @@ class SelectStage:
 
     def split(self, result: FrameResult) -> None:
         """Move the faces left visible on this frame from ``result.faces`` to ``result.kept``."""
-        index = result.frame.index
-        kept = [f for f in result.faces if self.visible(f.track_id, index)]
-        if kept:
-            result.kept = kept
-            result.faces = [f for f in result.faces if not self.visible(f.track_id, index)]
-
-    def visible(self, track_id: int, frame_index: int) -> bool:
-        if self.mode == "only" and track_id not in self.selector.tracks:
-            return False  # never judged: anonymized
-        return self.selector.visible(track_id, frame_index)
+        shown = [self.selector.visible(f.track_id, result.frame.index) for f in result.faces]
+        if any(shown):
+            result.kept = [f for f, v in zip(result.faces, shown) if v]
+            result.faces = [f for f, v in zip(result.faces, shown) if not v]
 
     def line(self) -> str:
         shown, hidden = self.selector.counts()

@@ -59,15 +59,16 @@ def _geo(face: ChunkFace, box: tuple[int, int, int, int]) -> bytes:
 
 def pack(faces: list[ChunkFace], codec: crops.Codec | None) -> bytes:
     """Plaintext of one CHUNK record (``codec`` None: geometry only)."""
-    owned = {id(f): _owned(f) for f in faces if f.crop is not None}
-    boxes = {k: owned_box(m) for k, m in owned.items()}
-    masks = [owned[id(f)] for f in faces if f.crop is not None and f.crop.shape[2] == 4]
-    side = b"".join(_geo(f, boxes.get(id(f), (0, 0, 0, 0))) for f in faces) + crops.pack_masks(masks).tobytes()
-    side = crops.compress(side)
     with_crop = [f for f in faces if f.crop is not None]
+    owned = [_owned(f) for f in with_crop]
+    boxes = [owned_box(m) for m in owned]
+    box_of = {id(f): b for f, b in zip(with_crop, boxes)}
+    masks = [m for f, m in zip(with_crop, owned) if f.crop.shape[2] == 4]
+    side = b"".join(_geo(f, box_of.get(id(f), (0, 0, 0, 0))) for f in faces) + crops.pack_masks(masks).tobytes()
+    side = crops.compress(side)
     if with_crop and codec is not None:
-        cut = [_cut(f.crop[..., :3], boxes[id(f)]) for f in with_crop]
-        enc = crops.encode(cut, [_cut(owned[id(f)], boxes[id(f)]) for f in with_crop], codec)
+        cut = [_cut(f.crop[..., :3], b) for f, b in zip(with_crop, boxes)]
+        enc = crops.encode(cut, [_cut(m, b) for m, b in zip(owned, boxes)], codec)
     else:
         enc = crops.EncodedCrops(crops.NO_CODEC, 0, 0, [])
     parts = [fmt.CHUNK_HEAD.pack(enc.codec, enc.width, enc.height, len(side)), side,
@@ -85,9 +86,9 @@ def unpack(data: bytes, n_faces: int) -> list[ChunkFace]:
     side = crops.decompress(data[off:off + side_len])
     off += side_len
     faces, shaped, used = _parse_geo(side, n_faces)
-    runs = np.frombuffer(side, dtype="<u4", offset=used) if (len(side) - used) % 4 == 0 else None
-    if runs is None:
+    if (len(side) - used) % 4:
         raise ValueError("malformed chunk masks")
+    runs = np.frombuffer(side, dtype="<u4", offset=used)
     alpha_shapes = [shape for _, shape, alpha, _ in shaped if alpha]
     masks, used_runs = crops.unpack_masks(runs, alpha_shapes)
     if used_runs != len(runs):

@@ -341,8 +341,7 @@ class VaultReader:
                 st[1] += 1
                 yield self._to_record(r, plain, where)
                 continue
-            clear, body = r.body[:fmt.CHUNK_CLEAR.size], r.body[fmt.CHUNK_CLEAR.size:]
-            plain = self._open(st[0], r, body, tampered, extra=clear)
+            plain = self._open(st[0], r, r.body[len(r.clear):], tampered, extra=r.clear)
             st[1] += 1
             if r.group() != group:
                 if group is not None and r.group() < group_end:

@@ -110,6 +110,7 @@ class VaultWriter:
         self._tracks: dict[int, list] = {}  # track_id -> [AESGCM, CHUNK record count]
         self._pending: dict[int, list[chunk.ChunkFace]] = {}  # track_id -> faces of the open group
         self._pending_bytes = 0
+        self._pending_faces = 0
         self._group_start = 0  # first frame of the open group; earlier frames are written
         self._group_end = self.chunk_frames
         self._frame = -1  # frame index of the last append/advance
@@ -261,7 +262,8 @@ class VaultWriter:
         self.advance(fi)
         self._pending.setdefault(tid, []).append(chunk.ChunkFace(fi, pts, inv.copy(), cs, mask, crop))
         self._pending_bytes += 0 if crop is None else crop.nbytes
-        return sum(len(v) for v in self._pending.values())
+        self._pending_faces += 1
+        return self._pending_faces
 
     def advance(self, frame_index: int) -> None:
         """Say that frame ``frame_index`` has begun (call it on every frame, faces or not):
@@ -284,7 +286,7 @@ class VaultWriter:
         if self._pending:
             self._queue.put((self._group_start, self._pending))
             self._pending = {}
-            self._pending_bytes = 0
+            self._pending_bytes = self._pending_faces = 0
 
     def _drain(self) -> None:
         """Writer thread: encode, encrypt and write groups in order. PyAV releases the GIL while
@@ -305,7 +307,8 @@ class VaultWriter:
     def _write_chunks(self, group: int, pending: dict[int, list[chunk.ChunkFace]]) -> None:
         """One CHUNK record per track of a group, then fsync."""
         for tid in sorted(pending):
-            faces = pending[tid]
+            # frame order within the chunk (the reader checks it): a caller may go back inside the open group
+            faces = sorted(pending[tid], key=lambda f: f.frame_index)
             state = self._tracks.get(tid)
             if state is None:
                 tk = derive.track_key(self._master, self.video_id, tid)
@@ -313,7 +316,7 @@ class VaultWriter:
                 self._write_record(fmt.TRACK, tid, faces[0].frame_index, state[0], b"",
                                    clear=derive.track_key_check(tk))
             payload = chunk.pack(faces, self.codec)
-            last = max(f.frame_index for f in faces)
+            last = faces[-1].frame_index
             clear = fmt.CHUNK_CLEAR.pack(last, len(faces), group)
             self._write_record(fmt.CHUNK, tid, faces[0].frame_index, state[0], payload, clear=clear)
             state[1] += 1
