@@ -289,3 +289,39 @@ def test_curve_scores_sample_grids_at_a_common_size(tmp_path):
     for r, out in zip(rows, (solid, blurred)):
         assert r["psnr"] == pytest.approx(psnr(x64, resize_all(out, 64)), abs=0.1)  # PNG round trip
     assert rows[1]["psnr"] > rows[0]["psnr"] + 5 and rows[1]["sface_cos"] > rows[0]["sface_cos"] + 0.2
+
+
+def test_plan_trains_each_stage_for_its_minutes_then_exports_and_resumes(tiny_env, tmp_path):
+    """training.plan: time-boxed stages in order (each checkpoints when its time is up), export last;
+    started again on the same run dir, every stage continues from its own checkpoint."""
+    from training import plan
+
+    root, cfg_file, data = tiny_env
+    run = tmp_path / "run"
+    args = ["--data", str(data), "--run", str(run), "--config", str(cfg_file),
+            "--minutes", "reconstruct=0.005,disentangle=0.005,anonymize=0.005"]
+    assert plan.main(args) == 0
+    steps = {s: load_state(latest_state(run / s))["step"] for s in ("reconstruct", "disentangle", "anonymize")}
+    assert all(n >= 1 for n in steps.values()), steps
+    budget = [json.loads(line) for line in (run / "anonymize" / "log.jsonl").read_text().splitlines()]
+    assert any(r.get("event") == "time budget" for r in budget)
+    manifest = json.loads((run / "weights" / "manifest.json").read_text())
+    assert manifest["stage"] == "anonymize" and manifest["step"] == steps["anonymize"]
+    assert plan.main([*args, "--no-export"]) == 0
+    for s, n in steps.items():
+        assert load_state(latest_state(run / s))["step"] > n, s
+    assert plan.main([*args[:-1], "export=1"]) == 2  # not a training stage
+
+
+def test_pack_round_trip_keeps_names_and_crops_close(tiny_env, tmp_path):
+    from training.pack import pack, unpack
+
+    root, cfg_file, data = tiny_env
+    info = pack(data, tmp_path / "data.npz", quality=95)
+    assert info["crops"] == 6
+    unpack(tmp_path / "data.npz", tmp_path / "copy")
+    a, b = np.load(data / "crops.npy"), np.load(tmp_path / "copy" / "crops.npy")
+    assert a.shape == b.shape and a.dtype == b.dtype
+    assert np.abs(a.astype(int) - b.astype(int)).mean() < 3  # JPEG q95: about a level per pixel
+    assert (tmp_path / "copy" / "train.txt").read_text() == (data / "train.txt").read_text()
+    FaceSet(tmp_path / "copy", 64)  # loads, and passes the held-out check

@@ -33,6 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--preset", choices=PRESET_NAMES, default="cpu-small")
     ap.add_argument("--resume", action="store_true", help="continue RUN/STAGE from its newest checkpoint")
     ap.add_argument("--steps", type=int, help="total steps of this stage (overrides the config)")
+    ap.add_argument("--minutes", type=float,
+                    help="stop this stage after training that long in this call (a checkpoint is written)")
     ap.add_argument("--init", help="starting weights: a stage dir, state .pt or generator .safetensors; "
                                    "'none' for random weights (default: the previous stage in RUN)")
     ap.add_argument("--threads", type=int, help="torch intra-op threads (overrides the config)")
@@ -109,6 +111,6 @@ def main(argv: list[str] | None = None) -> int:
         trainer.resume()
     _log(f"{args.stage}: {len(trainer.data)} training crops, step {trainer.step} -> {cfg.stages[args.stage].steps}, "
          f"batch {cfg.batch} x {trainer.dist.world}, {torch.get_num_threads()} thread(s), {trainer.device}")
-    trainer.run()
-    _log(f"{args.stage}: done at step {trainer.step}; checkpoints in {stage_dir / 'checkpoints'}")
+    trainer.run(minutes=args.minutes)
+    _log(f"{args.stage}: stopped at step {trainer.step}; checkpoints in {stage_dir / 'checkpoints'}")
     return 0

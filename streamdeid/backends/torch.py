@@ -17,11 +17,14 @@ from .base import Backend
 class TorchBackend(Backend):
     name = "torch"
 
-    def __init__(self, model_path: str | Path, *, device: str = "cpu", threads: int | None = None):
-        """``device``: any torch device string ("cpu", "cuda", "cuda:1"). ``threads`` sets torch's
-        intra-op thread count for this process when given."""
+    def __init__(self, model_path: str | Path, *, device: str = "auto", threads: int | None = None):
+        """``device``: any torch device string ("cpu", "cuda", "cuda:1"), or "auto": the GPU when torch
+        sees one (what ``--backend torch`` is for), else the CPU. ``threads`` sets torch's intra-op
+        thread count for this process when given."""
         import torch
 
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
         from ..models.dbaf import DBAFRuntime
         from ..models.io import load_checkpoint
 
