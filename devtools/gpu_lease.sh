@@ -13,7 +13,11 @@ snap() {  # $OUT/logs.tgz: every stage's log, config and sample grids; $OUT/plan
   (cd $RUN && tar czf "$OUT/logs.tgz" --exclude=data --exclude=checkpoints --exclude='*.safetensors' \
       --exclude=weights . 2>/dev/null)
 }
-install() { [ -d .whl ] && python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl; }
+install() {  # the wheels carried in .whl (and .whl2: a second call's, when one call cannot carry all)
+  for d in .whl .whl2; do
+    [ -d $d ] && { python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site $d/*.whl || return 1; }
+  done; return 0
+}
 case "$1" in
 start)
   install || exit 1
@@ -26,7 +30,10 @@ start)
 poll)
   install
   end=$((SECONDS + $2)); while [ $SECONDS -lt $end ]; do sleep 20; snap; done
-  tail -5 $RUN/plan.log; nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv ;;
+  tail -5 $RUN/plan.log; nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv
+  # the newest stage's generator, in case the lease ends before `finish`
+  g=$(ls -t $RUN/*/generator.safetensors 2>/dev/null | head -1)
+  [ -n "$g" ] && split -b 15M "$g" "$OUT/$(basename $(dirname $g)).safetensors." ;;
 finish)
   install
   while pgrep -f training.plan > /dev/null; do sleep 5; done

@@ -298,8 +298,10 @@ def d_logistic(real_logits: torch.Tensor, fake_logits: torch.Tensor) -> torch.Te
 
 
 def r1_penalty(disc: nn.Module, real: torch.Tensor, augment) -> torch.Tensor:
-    real = real.detach().requires_grad_(True)
-    logits = disc(augment(real))
+    # R1 on the augmented reals, as StyleGAN2-ADA does: the penalty's backward then never
+    # differentiates the augmentation twice (CUDA has no double backward for grid_sample).
+    real = augment(real.detach()).detach().requires_grad_(True)
+    logits = disc(real)
     (grad,) = torch.autograd.grad(logits.sum(), real, create_graph=True)
     return grad.pow(2).flatten(1).sum(1).mean()
 
