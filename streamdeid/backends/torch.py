@@ -17,22 +17,30 @@ from .base import Backend
 class TorchBackend(Backend):
     name = "torch"
 
-    def __init__(self, model_path: str | Path, *, device: str = "auto", threads: int | None = None):
-        """``device``: any torch device string ("cpu", "cuda", "cuda:1"), or "auto": the GPU when torch
-        sees one (what ``--backend torch`` is for), else the CPU. ``threads`` sets torch's intra-op
-        thread count for this process when given."""
+    def __init__(self, model_path: str | Path | None = None, *, model=None, device: str = "auto",
+                 threads: int | None = None):
+        """Load ``model_path`` (a DBAF safetensors checkpoint), or wrap an in-memory DBAF ``model``
+        (tests, training previews). ``device``: any torch device string ("cpu", "cuda", "cuda:1"), or
+        "auto": the GPU when torch sees one (what ``--backend torch`` is for), else the CPU.
+        ``threads`` sets torch's intra-op thread count for this process when given."""
         import torch
 
-        if device == "auto":
-            device = "cuda" if torch.cuda.is_available() else "cpu"
         from ..models.dbaf import DBAFRuntime
         from ..models.io import load_checkpoint
 
+        if (model_path is None) == (model is None):
+            raise ValueError("TorchBackend needs exactly one of model_path and model")
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
         if threads:
             torch.set_num_threads(int(threads))
         self._torch = torch
         self.device = torch.device(device)
-        self.model, self.header = load_checkpoint(model_path, device=str(self.device))
+        if model is None:
+            model, self.header = load_checkpoint(model_path, device=str(self.device))
+        else:
+            model, self.header = model.to(self.device), {}
+        self.model = model.eval()
         self.runtime = DBAFRuntime(self.model).eval()
         self.resolution = self.model.cfg.resolution
         self.key_shape = self.model.cfg.key_shape
@@ -40,16 +48,7 @@ class TorchBackend(Backend):
     @classmethod
     def from_model(cls, model, device: str = "cpu") -> "TorchBackend":
         """Wrap an in-memory DBAF (tests, training previews)."""
-        import torch
-
-        from ..models.dbaf import DBAFRuntime
-
-        self = cls.__new__(cls)
-        self._torch, self.device, self.header = torch, torch.device(device), {}
-        self.model = model.to(self.device).eval()
-        self.runtime = DBAFRuntime(self.model).eval()
-        self.resolution, self.key_shape = model.cfg.resolution, model.cfg.key_shape
-        return self
+        return cls(model=model, device=device)
 
     def run(self, x: np.ndarray, p: np.ndarray) -> np.ndarray:
         x, p = self.check_inputs(x, p)
