@@ -79,13 +79,14 @@ class SegmentVaultWriter:
     """
 
     def __init__(self, keys: RunKeys, segment: Path, *, overwrite: bool,
-                 reversible: str | None = None, pipeline: dict | None = None, quality: str = "high") -> None:
+                 reversible: str | None = None, pipeline: dict | None = None, quality: str = "high",
+                 fps: float | None = None) -> None:
         self.keys = keys.for_next_video()
         self.path = vault_path_for(segment)
         if self.path.exists() and not overwrite:
             raise StreamdeidError(f"{self.path} exists; pass --overwrite to replace it")
         writer = open_vault_writer(self.path, self.keys, source="-", output=segment, store_crops=True,
-                                   overwrite=overwrite, pipeline=pipeline, quality=quality)
+                                   overwrite=overwrite, pipeline=pipeline, quality=quality, fps=fps)
         self._recorder = VaultRecorder(writer, reversible)
         self.metadata = video_id_tag(self.keys.video_id)
 
@@ -110,9 +111,9 @@ def segment_vault_factory(keys: RunKeys, config: PipelineConfig, anonymizer: Ano
     reversible = reversible_method(anonymizer)
     pipeline = pipeline_meta(config, anonymizer)
 
-    def factory(segment: Path) -> SegmentVaultWriter:
+    def factory(segment: Path, fps: float | None = None) -> SegmentVaultWriter:
         return SegmentVaultWriter(keys, segment, reversible=reversible, pipeline=pipeline,
-                                  overwrite=config.output.overwrite, quality=vault_quality(config.output))
+                                  overwrite=config.output.overwrite, quality=vault_quality(config.output), fps=fps)
 
     return factory
 

@@ -315,6 +315,9 @@ def test_live_segments_each_get_a_vault_that_recovers(tmp_path: Path, media: Pat
         anon, back = decode(seg), decode(restored)
         assert len(back) == len(anon)
         assert any((a != b).any() for a, b in zip(anon, back))  # faces came back
+        from streamdeid.vault.reader import VaultReader
+
+        assert VaultReader(Path(str(seg) + ".sdv")).inspect()["header"]["fps"] == 25  # chunks of a second
     # Vaults of different segments are different videos: one cannot open another's file.
     wrong = run_cli("recover", str(segments[0]), "-o", str(tmp_path / "x.mkv"), "--key-file", str(key),
                     "--vault", str(segments[1]) + ".sdv", "--no-progress")

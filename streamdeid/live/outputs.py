@@ -51,7 +51,7 @@ class SegmentVault(Protocol):
     def close(self, segment: Path, success: bool) -> None: ...
 
 
-VaultFactory = Callable[[Path], SegmentVault]
+VaultFactory = Callable[[Path, float | None], SegmentVault]  # (segment, frames per second)
 MAX_SEGMENTS = 10_000_000  # bound on the segment counter (pattern width)
 MAX_EARLY_AUDIO = 2000  # audio packets held until the first video frame (about 40 s of AAC)
 
@@ -165,7 +165,9 @@ class SegmentRecorder:
                                         container=self.stream_container, options=self.stream_options)
         else:
             path = segment_path(self.output, self._next_index) if self.segment_time else Path(self.output)
-            self._vault = self.vault_factory(path) if self.vault_factory else None
+            rate = self.template.average_rate
+            fps = float(rate) if rate else None  # the vault chunks about a second of frames
+            self._vault = self.vault_factory(path, fps) if self.vault_factory else None
             metadata = self._vault.metadata if self._vault is not None else None
             try:
                 self._writer = VideoWriter(path, self.template, self.config, metadata=metadata)
