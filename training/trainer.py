@@ -292,9 +292,9 @@ class Trainer:
         # StyleGAN2-ADA's EMA ramp-up: the averaging window grows as ~5 % of the steps taken, so the
         # random initial weights do not linger in short CPU runs (0.999^3000 would still be 5 %).
         d = min(self.st.ema_decay, 1.0 - 1.0 / (1.0 + 0.05 * (self.step + 1)))
-        for pe, p in zip(self.G_ema.parameters(), self.G.parameters()):
-            if p.requires_grad:
-                pe.lerp_(p, 1.0 - d)
+        pairs = [(pe, p) for pe, p in zip(self.G_ema.parameters(), self.G.parameters()) if p.requires_grad]
+        if pairs:  # one fused call, not one lerp per tensor (~400 kernel launches a step on a GPU)
+            torch._foreach_lerp_([pe for pe, _ in pairs], [p for _, p in pairs], 1.0 - d)
         for be, b in zip(self.G_ema.buffers(), self.G.buffers()):
             be.copy_(b)
 
