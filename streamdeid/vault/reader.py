@@ -48,7 +48,7 @@ class VaultRecord:
     pts: int | None
     inverse: np.ndarray  # [2, 3] float64 crop -> frame
     crop_size: tuple[int, int]  # (width, height)
-    mask_params: np.ndarray  # [n] float64
+    mask_params: fmt.MaskParams | None  # None: appended without any
     crop: np.ndarray | None = field(repr=False)  # uint8 [H, W, 3] BGR or [H, W, 4] BGRA; None if geometry-only
 
 

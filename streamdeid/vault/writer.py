@@ -215,7 +215,7 @@ class VaultWriter:
         inverse_matrix,
         crop_size,
         crop_bgr: np.ndarray | None = None,
-        mask_params=(),
+        mask_params: fmt.MaskParams | None = None,
     ) -> int:
         """Buffer one face of one frame for the open group.
 
@@ -225,7 +225,7 @@ class VaultWriter:
         [H, W, 4] whose alpha says which pixels to restore (the mask is stored
         exactly, the pixels by the vault's crop codec); ignored when the vault
         was opened with store_crops=False.
-        ``mask_params``: any float64 values the blender needs to rebuild its mask.
+        ``mask_params``: where the face was pasted and how it was made (recovery reads them back).
         Returns the number of faces buffered in the open group.
         """
         self._check_open()
@@ -244,9 +244,9 @@ class VaultWriter:
                 raise ValueError("crop_size must be an int or (width, height)")
         if not all(0 <= v < 2**32 for v in cs):
             raise ValueError(f"crop_size out of range: {cs}")
-        mask = np.asarray(mask_params, dtype=np.float64).reshape(-1)
-        if len(mask) >= 2**16:
-            raise ValueError("too many mask parameters")
+        # checked here: anything else would fail later, in the writer thread, far from the caller
+        if mask_params is not None and not isinstance(mask_params, fmt.MaskParams):
+            raise TypeError(f"mask_params must be a MaskParams or None, got {type(mask_params).__name__}")
         if pts is not None:
             pts = int(pts)
             if not -(2**63) <= pts < 2**63:
@@ -260,7 +260,7 @@ class VaultWriter:
                 raise ValueError(f"crop_bgr is too large: {crop.shape}")
             crop = crop.copy()  # the caller's frame buffer is reused
         self.advance(fi)
-        self._pending.setdefault(tid, []).append(chunk.ChunkFace(fi, pts, inv.copy(), cs, mask, crop))
+        self._pending.setdefault(tid, []).append(chunk.ChunkFace(fi, pts, inv.copy(), cs, mask_params, crop))
         self._pending_bytes += 0 if crop is None else crop.nbytes
         self._pending_faces += 1
         return self._pending_faces
