@@ -22,7 +22,8 @@ The byte layout is documented in :mod:`streamdeid.vault.format`.
 
 from .format import ALGORITHMS, MAGIC, VERSION, MaskParams
 from .reader import VaultDamage, VaultReader, VaultRecord
-from .writer import VaultWriter, source_fingerprint
+from .header import source_fingerprint
+from .writer import VaultWriter
 
 __all__ = [
     "ALGORITHMS",
