@@ -79,6 +79,10 @@ class VideoWriter:
     def __init__(self, path: str | os.PathLike[str], template: VideoTemplate, config: OutputConfig,
                  metadata: dict[str, str] | None = None) -> None:
         self.path = Path(path)
+        self._start(template, config, metadata)
+
+    def _start(self, template: VideoTemplate, config: OutputConfig, metadata: dict[str, str] | None) -> None:
+        """Open the container and add the streams (after ``path`` or a StreamWriter's target is set)."""
         self._config = config
         self._template = template
         self._closed = False
@@ -349,6 +353,10 @@ class VideoWriter:
         """What a write error names."""
         return f"writing {self.partial_path}"
 
+    def _output_name(self) -> str:
+        """The output as a message names it."""
+        return str(self.partial_path)
+
     # ---------------------------------------------------------- shutdown
     def _flush_encoders(self) -> None:
         if self._audio_out is not None and not self._audio_copy:
@@ -368,7 +376,7 @@ class VideoWriter:
             try:
                 self._container.close()
             except _AV_ERRORS as exc:
-                raise StreamdeidError(f"finishing {self.partial_path} failed: {error_reason(exc)}") from None
+                raise StreamdeidError(f"finishing {self._output_name()} failed: {error_reason(exc)}") from None
 
     def _discard(self) -> None:
         self._closed = True
