@@ -225,8 +225,7 @@ def _select_still(result: FrameResult, config: PipelineConfig, finder) -> str:
     (small, profile) is anonymized."""
     from .selection import SelectStage
 
-    stage = SelectStage(config.select, fps=1.0, finder=finder)
-    stage.selector.confirm = 1
+    stage = SelectStage(config.select, fps=1.0, finder=finder, confirm=1)
     stage.observe(result)
     stage.split(result)
     return stage.line()
