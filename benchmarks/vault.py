@@ -72,7 +72,7 @@ def read_vault(code: Path, vault: Path, key: Path, source: list[np.ndarray]):
     for rec in reader.records(load_key(key)):
         if rec.crop is None:
             continue
-        x, y = int(rec.mask_params[0]), int(rec.mask_params[1])
+        x, y = _roi(rec.mask_params)
         h, w = rec.crop.shape[:2]
         own = rec.crop[..., 3] > 0 if rec.crop.shape[2] == 4 else np.ones((h, w), bool)
         d = rec.crop[own, :3].astype(np.float64) - source[rec.frame_index][y:y + h, x:x + w][own]
@@ -80,6 +80,13 @@ def read_vault(code: Path, vault: Path, key: Path, source: list[np.ndarray]):
         masks.setdefault(rec.frame_index, np.zeros(source[0].shape[:2], bool))[y:y + h, x:x + w] |= own
     sys.path.remove(str(code))
     return psnr(se, n), reader.inspect(), masks
+
+
+def _roi(params) -> tuple[int, int]:
+    """A record's paste position; an older commit under test stores its mask parameters as an array."""
+    if hasattr(params, "roi_x"):
+        return int(params.roi_x), int(params.roi_y)
+    return int(params[0]), int(params[1])
 
 
 def face_psnr(recovered: list[np.ndarray], source: list[np.ndarray], masks: dict[int, np.ndarray]) -> float | None:

@@ -24,7 +24,7 @@ from .restore import MODEL_MODE_CAVEAT, RecoverResult, recover
 from .types import Frame, FrameResult, StreamdeidError
 from .vault_glue import VaultRecorder, open_vault_writer, pipeline_meta, vault_path_for, vault_quality, video_id_tag
 from .video.images import is_image, list_media
-from .video.reader import open_source
+from .video.reader import open_source, redact_url
 from .video.writer import StreamWriter, VideoWriter, is_stream_output, write_image
 
 __all__ = ["MODEL_MODE_CAVEAT", "RecoverResult", "RunResult", "anonymize", "recover"]
@@ -119,8 +119,9 @@ def _anonymize_video(src: str, out: Path | str, config: PipelineConfig, keys: Ru
         try:
             ok = _run_pipeline(src, source, writer.write, config, renderer, observers, summary)
             if summary.interrupted:
-                out = Path(writer.abort_keep_partial())
-                log.warning("interrupted: %d frames written to %s", summary.frames, out)
+                kept = writer.abort_keep_partial()  # None for a stream: what was sent is sent
+                out = out if kept is None else Path(kept)
+                log.warning("interrupted: %d frames written to %s", summary.frames, redact_url(str(out)))
         finally:
             for close in closers:
                 close()
@@ -224,8 +225,7 @@ def _select_still(result: FrameResult, config: PipelineConfig, finder) -> str:
     (small, profile) is anonymized."""
     from .selection import SelectStage
 
-    stage = SelectStage(config.select, fps=1.0, finder=finder)
-    stage.selector.confirm = 1
+    stage = SelectStage(config.select, fps=1.0, finder=finder, confirm=1)
     stage.observe(result)
     stage.split(result)
     return stage.line()

@@ -142,7 +142,7 @@ def run(input: str, **options) -> None:
       streamdeid run rtsp://cam/stream -o - | ffplay -
     """
     from .folder import FAILED
-    from .video.reader import is_live_input
+    from .video.reader import is_live_input, redact_url
 
     config = pipeline_config(options, RUN_OPTIONS)
     apply_selection(config, options)
@@ -157,7 +157,9 @@ def run(input: str, **options) -> None:
     result = _anonymize_reporting(input, options["output"], config, report, key_file=key_file,
                                   new_key=options["new_key"], vault=not options["no_vault"],
                                   store_crops=not no_crops, skip_existing=options["skip_existing"])
-    click.echo(f"streamdeid: {result.summary.line()} ({config.anonymize.method}) -> {result.output}", err=True)
+    # a push target may carry credentials (rtsp://user:secret@...)
+    click.echo(f"streamdeid: {result.summary.line()} ({config.anonymize.method}) -> {redact_url(str(result.output))}",
+               err=True)
     model_path = options["model_path"]
     how = (" --mode model" + (f" --model {model_path}" if model_path else "")) if no_crops else ""
     _echo_vault(result, key_file, how)

@@ -43,7 +43,7 @@ def restore_frame(image: np.ndarray, record: VaultRecord) -> int:
     if record.crop is None:
         raise StreamdeidError("this vault holds geometry only (run --no-crops): exact recovery is impossible;"
                               " use --mode model --model PATH")
-    x, y = int(record.mask_params[0]), int(record.mask_params[1])
+    x, y = int(record.mask_params.roi_x), int(record.mask_params.roi_y)
     crop = record.crop
     h, w = crop.shape[:2]
     region = image[y:y + h, x:x + w]

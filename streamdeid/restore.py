@@ -186,8 +186,8 @@ class _ModelRestore:
         h, w = image.shape[:2]
         todo = []
         for rec in records:
-            flags = rec.mask_params
-            generated = bool(flags[2]) if len(flags) >= 3 else self._legacy_generated
+            params = rec.mask_params
+            generated = self._legacy_generated if params is None or params.generated is None else params.generated
             if not generated:
                 self.skipped += 1
                 continue

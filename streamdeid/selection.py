@@ -14,7 +14,7 @@ import numpy as np
 
 from .align.aligner import landmarks_usable
 from .config import SelectConfig
-from .identity.selector import MIN_JUDGE_PX, TrackSelector
+from .identity.selector import CONFIRM, MIN_JUDGE_PX, TrackSelector
 from .types import FrameResult, TrackedFace
 
 
@@ -27,7 +27,7 @@ def judgeable(face: TrackedFace) -> bool:
 class SelectStage:
     """The references' embeddings and the per-track decisions of one video."""
 
-    def __init__(self, select: SelectConfig, fps: float, finder=None, sface=None) -> None:
+    def __init__(self, select: SelectConfig, fps: float, finder=None, sface=None, confirm: int = CONFIRM) -> None:
         from .config import DetectConfig
         from .detect.finder import FaceFinder
         from .identity.reference import load_references
@@ -37,7 +37,7 @@ class SelectStage:
         self.sface = sface or SFace()
         refs = load_references(select.references, finder or FaceFinder(DetectConfig()), self.sface)
         self.mode = select.mode
-        self.selector = TrackSelector(select.mode, np.stack([r.embedding for r in refs]), fps=fps)
+        self.selector = TrackSelector(select.mode, np.stack([r.embedding for r in refs]), fps=fps, confirm=confirm)
 
     def observe(self, result: FrameResult) -> None:
         faces = [f for f in result.faces if judgeable(f)]

@@ -22,7 +22,7 @@ from .files import sha256_file
 from .keys import RunKeys
 from .render import PastedFace
 from .types import Frame, FrameResult, StreamdeidError
-from .vault import VaultWriter, source_fingerprint
+from .vault import MaskParams, VaultWriter, source_fingerprint
 from .video.encoding import is_lossless
 
 VIDEO_ID_TAG = "comment"  # container tag that names the vault's video id in the output
@@ -47,9 +47,9 @@ def read_video_id_tag(metadata: dict[str, str]) -> str | None:
 class VaultRecorder:
     """Observer for ``process_frames``: appends one vault record per pasted face.
 
-    ``mask_params`` of a record: (roi x, roi y, generated) where ``generated``
-    is 1.0 when the face was made by the reversible anonymizer ``reversible``
-    (dbaf: model-mode recovery applies) and 0.0 otherwise (solid fallback, blur).
+    ``mask_params`` of a record: its paste position (roi) and ``generated``,
+    true when the face was made by the reversible anonymizer ``reversible``
+    (dbaf: model-mode recovery applies), false otherwise (solid fallback, blur).
     """
 
     def __init__(self, writer: VaultWriter, reversible: str | None = None) -> None:
@@ -62,11 +62,11 @@ class VaultRecorder:
     def record(self, frame: Frame, pasted: list[PastedFace]) -> None:
         self.writer.advance(frame.index)  # closes the open chunk group on time, faces or not
         for p in pasted:
-            generated = 1.0 if self.reversible is not None and p.method == self.reversible else 0.0
+            generated = self.reversible is not None and p.method == self.reversible
             self.writer.append(
                 p.face.track_id, frame.index, frame.pts, p.aligned.inverse, len(p.aligned.crop),
                 _owned_bgra(p.original, p.owned) if self.writer.store_crops else None,
-                mask_params=(float(p.roi[0]), float(p.roi[1]), generated),
+                mask_params=MaskParams(float(p.roi[0]), float(p.roi[1]), generated),
             )
 
 

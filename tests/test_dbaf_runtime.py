@@ -321,7 +321,7 @@ def test_run_dbaf_end_to_end(dbaf_run, short_clip) -> None:
         assert reader.header["pipeline"]["anonymizer"] == "dbaf"
         recs = list(reader.records(load_key(dbaf_run["key"])))
     assert recs and all(r.crop is None for r in recs)  # geometry only: no face pixels in the vault
-    assert all(r.mask_params[2] == 1.0 for r in recs)
+    assert all(r.mask_params.generated is True for r in recs)
 
 
 def test_recover_model_mode(dbaf_run, dbaf_files) -> None:

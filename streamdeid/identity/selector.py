@@ -66,15 +66,16 @@ class TrackEvidence:
 
 
 class TrackSelector:
-    """Per-track visibility from reference similarities. ``mode``: "keep" or "only"."""
+    """Per-track visibility from reference similarities. ``mode``: "keep" or "only". ``confirm``: judged
+    frames in a row that decide (1 for a still photo, which has no second frame)."""
 
-    def __init__(self, mode: str, references: np.ndarray, *, fps: float = 25.0) -> None:
+    def __init__(self, mode: str, references: np.ndarray, *, fps: float = 25.0, confirm: int = CONFIRM) -> None:
         if mode not in ("keep", "only"):
             raise ValueError(f"mode must be keep or only, not {mode!r}")
         self.mode = mode
         self.references = np.asarray(references, np.float32).reshape(-1, 128)  # [R, 128] unit norm
         self.stale_frames = max(1, round(STALE_SECONDS * fps))
-        self.confirm = CONFIRM  # judged frames in a row that decide (1 for a still photo)
+        self.confirm = confirm
         self.tracks: dict[int, TrackEvidence] = {}
 
     def similarity(self, embeddings: np.ndarray) -> np.ndarray:

@@ -104,9 +104,10 @@ class SegmentRecorder:
         self._vault: SegmentVault | None = None
         self._segment_frames = 0  # frames in the open segment
         self._early_audio: list[AudioPacket] = []  # audio that came before the first frame
-        self.segments: list[Path] = []  # finished segment files (or the stream path)
+        self.segments: list[Path] = []  # finished segment files (none for a stream: it leaves no file)
         self.frames_written = 0
         self._writer: VideoWriter | None = None
+        self._segment: Path | None = None  # what the open segment's hooks are given
         self._start: int | None = None  # pts of the open segment's first frame (template tb)
         self._next_index = 0
 
@@ -177,6 +178,7 @@ class SegmentRecorder:
                     self._vault = None
                 raise
             log.info("recording segment %s", path)
+        self._segment = path
         self._next_index += 1
         self._segment_frames = 0
         self._start = frame.pts if not self.stream or self._start is None else self._start
@@ -198,9 +200,9 @@ class SegmentRecorder:
             self.segments.append(Path(path))
         vault, self._vault = self._vault, None
         if vault is not None:
-            vault.close(Path(path) if path is not None else writer.path, success and path is not None)
+            vault.close(Path(path) if path is not None else self._segment, success and path is not None)
         if self.on_close is not None:
-            self.on_close(Path(path) if path is not None else writer.path)
+            self.on_close(Path(path) if path is not None else self._segment)
 
     def close(self, success: bool = True) -> list[Path]:
         """Finish the open segment (published on success, else kept partial)."""

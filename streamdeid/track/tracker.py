@@ -122,16 +122,36 @@ class FaceTracker:
         bool, detections that start a track reported only from its second detector run (back-filled
         before it by the look-ahead)."""
         self._predict(motion)
-        for t in self._tracks:
-            t.misses += 1
-            if t.lost_age:
-                t.lost_age += 1
-
+        self._age()
         if dets is None:
             self._tracks = [t for t in self._tracks if t.lost_age <= self.hold_frames]
             return [self._held(t) for t in self._tracks if t.confirmed]
 
         boxes, scores, landmarks = dets.boxes, dets.scores, dets.landmarks
+        matched, left_dets = self._associate(boxes, scores)
+        for ti, di in matched.items():
+            self._tracks[ti].update(self._kf, boxes[di], scores[di], landmarks[di], self.config)
+        # PRIVACY: unmatched detections (high or low score) start tracks now; a provisional one is
+        # reported from its second detector run (FaceStage sets it only when the look-ahead reaches back)
+        taken = set(matched.values())
+        unmatched = [di for di in left_dets if di not in taken]
+        new_tracks = [_Track(self._new_id(), self._kf, boxes[di], scores[di], landmarks[di], self.config,
+                             provisional is not None and bool(provisional[di])) for di in unmatched]
+        det_of = {id(self._tracks[ti]): di for ti, di in matched.items()}
+        det_of.update({id(t): di for t, di in zip(new_tracks, unmatched)})
+        return self._report(self._tracks + new_tracks, det_of, dets, cut)
+
+    def _age(self) -> None:
+        """One more frame since each track's last match, and since a run first missed it (if one did)."""
+        for t in self._tracks:
+            t.misses += 1
+            if t.lost_age:
+                t.lost_age += 1
+
+    def _associate(self, boxes: np.ndarray, scores: np.ndarray) -> tuple[dict[int, int], list[int]]:
+        """Match detections to tracks in three stages (see the module docstring). Returns {track index:
+        detection index} and the detections the first two stages left, in index order (those the third
+        did not take start tracks)."""
         high = np.flatnonzero(scores >= self.config.high_score)
         low = np.flatnonzero(scores < self.config.high_score)
         track_boxes = np.array([t.box() for t in self._tracks]).reshape(-1, 4)
@@ -153,25 +173,21 @@ class FaceTracker:
         pairs, _, _ = linear_assignment(near_matrix(track_boxes[left_tracks], boxes[left_dets]), NEAR_GATE)
         for ti, di in pairs:
             matched[left_tracks[ti]] = left_dets[di]
-        taken = set(matched.values())
+        return matched, left_dets
 
+    def _report(self, tracks: list[_Track], det_of: dict[int, int], dets: Detections,
+                cut: bool) -> list[TrackedFace]:
+        """The faces to cover on a detector frame, and the tracks kept for the next one. ``det_of``:
+        {id(track): detection index} of the tracks a detection continued or started; the others are
+        held while within ``hold_frames`` of the run that first missed them (dropped at once at a cut)."""
         out: list[TrackedFace] = []
-        for ti, di in matched.items():
-            self._tracks[ti].update(self._kf, boxes[di], scores[di], landmarks[di], self.config)
-        # PRIVACY: unmatched detections (high or low score) start tracks now; a provisional one is
-        # reported from its second detector run (FaceStage sets it only when the look-ahead reaches back)
-        unmatched = [di for di in left_dets if di not in taken]
-        new_tracks = [_Track(self._new_id(), self._kf, boxes[di], scores[di], landmarks[di], self.config,
-                             provisional is not None and bool(provisional[di])) for di in unmatched]
-        det_of = {id(self._tracks[ti]): di for ti, di in matched.items()}
-        det_of.update({id(t): di for t, di in zip(new_tracks, unmatched)})
-
         kept: list[_Track] = []
-        for t in self._tracks + new_tracks:
+        for t in tracks:
             di = det_of.get(id(t))
             if di is not None:
                 if t.confirmed:
-                    out.append(TrackedFace(t.track_id, boxes[di], landmarks[di], float(scores[di]), "detected"))
+                    out.append(TrackedFace(t.track_id, dets.boxes[di], dets.landmarks[di], float(dets.scores[di]),
+                                           "detected"))
                 kept.append(t)
                 continue
             t.lost_age = t.lost_age or 1

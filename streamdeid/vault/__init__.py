@@ -7,7 +7,7 @@ Writer side (``run``)::
 
     with VaultWriter(path, {"video_id": vid, "output": name}, master, quality="high") as vw:
         vw.advance(frame_index)            # every frame: closes a chunk group on time
-        vw.append(track_id, frame_index, pts, inverse, crop_size, crop_bgra, mask_params=())
+        vw.append(track_id, frame_index, pts, inverse, crop_size, crop_bgra, MaskParams(x, y, generated))
 
 Reader side (``recover``/``inspect``)::
 
@@ -20,13 +20,15 @@ Reader side (``recover``/``inspect``)::
 The byte layout is documented in :mod:`streamdeid.vault.format`.
 """
 
-from .format import ALGORITHMS, MAGIC, VERSION
+from .format import ALGORITHMS, MAGIC, VERSION, MaskParams
 from .reader import VaultDamage, VaultReader, VaultRecord
-from .writer import VaultWriter, source_fingerprint
+from .header import source_fingerprint
+from .writer import VaultWriter
 
 __all__ = [
     "ALGORITHMS",
     "MAGIC",
+    "MaskParams",
     "VERSION",
     "VaultDamage",
     "VaultReader",

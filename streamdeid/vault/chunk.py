@@ -25,7 +25,7 @@ class ChunkFace:
     pts: int | None
     inverse: np.ndarray  # [2, 3] float64 crop -> frame
     crop_size: tuple[int, int]  # (width, height) of the aligned crop
-    mask_params: np.ndarray  # [n] float64
+    mask_params: fmt.MaskParams | None
     crop: np.ndarray | None = field(repr=False)  # uint8 [h, w, 3] BGR or [h, w, 4] BGRA (alpha: owned)
 
 
@@ -51,10 +51,11 @@ def _geo(face: ChunkFace, box: tuple[int, int, int, int]) -> bytes:
     flags = (fmt.FLAG_PTS if face.pts is not None else 0) | (fmt.FLAG_CROP if has_crop else 0)
     flags |= fmt.FLAG_ALPHA if alpha else 0
     ph, pw = face.crop.shape[:2] if has_crop else (0, 0)
+    mask = fmt.mask_to_values(face.mask_params)
     head = fmt.GEO.pack(face.frame_index, flags, 0 if face.pts is None else face.pts,
                         *face.inverse.reshape(6).tolist(), face.crop_size[0], face.crop_size[1],
-                        len(face.mask_params), ph, pw, *box)
-    return head + face.mask_params.astype("<f8").tobytes()
+                        len(mask), ph, pw, *box)
+    return head + mask.astype("<f8").tobytes()
 
 
 def pack(faces: list[ChunkFace], codec: crops.Codec | None) -> bytes:
@@ -130,7 +131,7 @@ def _parse_geo(side: bytes, n_faces: int) -> tuple[list[ChunkFace], list[tuple],
             raise ValueError("malformed chunk geometry")
         if flags & fmt.FLAG_CROP and (ph == 0 or pw == 0 or bw == 0 or bh == 0 or bx + bw > pw or by + bh > ph):
             raise ValueError("malformed chunk geometry")
-        mask = np.frombuffer(side, dtype="<f8", count=n_mask, offset=off).astype(np.float64)
+        mask = fmt.mask_from_values(np.frombuffer(side, dtype="<f8", count=n_mask, offset=off))
         off += 8 * n_mask
         if flags & fmt.FLAG_CROP:
             shaped.append((len(faces), (ph, pw), bool(flags & fmt.FLAG_ALPHA), (bx, by, bw, bh)))

@@ -97,8 +97,43 @@ def aad(header_digest: bytes, seq: int, rtype: int, track_id: int, frame_index: 
     return header_digest + AAD.pack(seq, rtype, track_id, frame_index) + extra
 
 
-def pack_payload(pts, inverse: np.ndarray, crop_size: tuple[int, int], mask: np.ndarray, png: bytes | None) -> bytes:
+@dataclass(frozen=True)
+class MaskParams:
+    """Where a face was pasted and how it was made: what recovery needs besides the crop.
+
+    Stored after each face's geometry as ``n_mask`` float64 values in field
+    order. Vaults written before the ``generated`` flag existed hold two values
+    (it reads as None); a face appended without parameters holds none (its
+    ``mask_params`` reads as None)."""
+
+    roi_x: float  # frame position of the crop's top-left pixel: exact recovery copies the crop back there
+    roi_y: float
+    generated: bool | None = None  # made by the reversible anonymizer, so model-mode recovery applies
+
+
+def mask_to_values(params: MaskParams | None) -> np.ndarray:
+    """The float64 values stored for ``params`` (none for None)."""
+    if params is None:
+        return np.zeros(0, np.float64)
+    flag = [] if params.generated is None else [1.0 if params.generated else 0.0]
+    return np.array([params.roi_x, params.roi_y, *flag], np.float64)
+
+
+def mask_from_values(values: np.ndarray) -> MaskParams | None:
+    """Inverse of :func:`mask_to_values`. Values past the third are ignored, so a later version can
+    add fields; ValueError for a single value, which no writer stores."""
+    if len(values) == 0:
+        return None
+    if len(values) == 1:
+        raise ValueError("malformed mask parameters")
+    generated = bool(values[2]) if len(values) >= 3 else None
+    return MaskParams(float(values[0]), float(values[1]), generated)
+
+
+def pack_payload(pts, inverse: np.ndarray, crop_size: tuple[int, int], mask_params: MaskParams | None,
+                 png: bytes | None) -> bytes:
     flags = (FLAG_PTS if pts is not None else 0) | (FLAG_CROP if png is not None else 0)
+    mask = mask_to_values(mask_params)
     head = PAYLOAD.pack(
         flags, 0 if pts is None else int(pts), *inverse.reshape(6).tolist(), crop_size[0], crop_size[1], len(mask)
     )
@@ -110,7 +145,7 @@ class FramePayload:
     pts: int | None
     inverse: np.ndarray
     crop_size: tuple[int, int]
-    mask_params: np.ndarray
+    mask_params: MaskParams | None
     png: bytes | None = field(repr=False)
 
 
@@ -123,7 +158,7 @@ def unpack_payload(data: bytes) -> FramePayload:
     off = PAYLOAD.size
     if flags & ~(FLAG_PTS | FLAG_CROP) or len(data) < off + 8 * n_mask:
         raise ValueError("malformed frame payload")
-    mask = np.frombuffer(data, dtype="<f8", count=n_mask, offset=off).astype(np.float64)
+    mask = mask_from_values(np.frombuffer(data, dtype="<f8", count=n_mask, offset=off))
     off += 8 * n_mask
     png = data[off:] if flags & FLAG_CROP else None
     if png is None and off != len(data):

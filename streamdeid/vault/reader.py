@@ -48,7 +48,7 @@ class VaultRecord:
     pts: int | None
     inverse: np.ndarray  # [2, 3] float64 crop -> frame
     crop_size: tuple[int, int]  # (width, height)
-    mask_params: np.ndarray  # [n] float64
+    mask_params: fmt.MaskParams | None  # None: appended without any
     crop: np.ndarray | None = field(repr=False)  # uint8 [H, W, 3] BGR or [H, W, 4] BGRA; None if geometry-only
 
 
@@ -310,25 +310,15 @@ class VaultReader:
             where = f"vault record {r.seq} ({fmt.TYPE_NAMES[r.rtype]}, track {r.track_id}, frame {r.frame_index})"
             tampered = f"{where} failed authentication: the vault is damaged or tampered"
             if r.rtype == fmt.END:
-                if is_master:
-                    aes = AESGCM(derive.end_key(key.key_bytes, self.video_id))
-                    body = self._open(aes, r, r.body, tampered)
-                    if (int.from_bytes(body[:8], "little") != r.seq
-                            or int.from_bytes(body[8:12], "little") != len(all_tracks)):
-                        raise StreamdeidError(f"{where} does not match the vault's contents: the vault is tampered")
+                if is_master:  # only the master opens the end record
+                    self._check_end(key, r, len(all_tracks), where, tampered)
                 continue
             if r.rtype == fmt.TRACK:
                 all_tracks.add(r.track_id)
             if not want(r.rtype, r.track_id):
                 continue
             if r.rtype == fmt.TRACK:
-                tk = key.track_key(self.video_id, r.track_id) if is_master else key.key_bytes
-                check = r.body[: derive.CHECK_LEN]
-                if not hmac.compare_digest(check, derive.track_key_check(tk)):
-                    raise StreamdeidError(tampered)
-                aes = AESGCM(derive.vault_key(tk))
-                self._open(aes, r, r.body[derive.CHECK_LEN:], tampered, extra=check)
-                state[r.track_id] = [aes, 0]
+                state[r.track_id] = [self._open_track(key, r, tampered), 0]
                 continue
             st = state[r.track_id]  # _walk guarantees TRACK came first
             if r.rtype == fmt.TRACK_END:
@@ -350,6 +340,22 @@ class VaultReader:
                 yield None
             group_end = max(group_end, r.chunk_range()[0] + 1)
             yield from self._chunk_records(r, plain, where)
+
+    def _check_end(self, key: MasterKey, r: Raw, tracks: int, where: str, tampered: str) -> None:
+        """The END record counts every record before it and every track: a cut or spliced vault fails."""
+        body = self._open(AESGCM(derive.end_key(key.key_bytes, self.video_id)), r, r.body, tampered)
+        if int.from_bytes(body[:8], "little") != r.seq or int.from_bytes(body[8:12], "little") != tracks:
+            raise StreamdeidError(f"{where} does not match the vault's contents: the vault is tampered")
+
+    def _open_track(self, key: KeyFile, r: Raw, tampered: str) -> AESGCM:
+        """The cipher of a TRACK record's track, after checking its key-check value and authenticating it."""
+        tk = key.track_key(self.video_id, r.track_id) if isinstance(key, MasterKey) else key.key_bytes
+        check = r.body[: derive.CHECK_LEN]
+        if not hmac.compare_digest(check, derive.track_key_check(tk)):
+            raise StreamdeidError(tampered)
+        aes = AESGCM(derive.vault_key(tk))
+        self._open(aes, r, r.body[derive.CHECK_LEN:], tampered, extra=check)
+        return aes
 
     def _open(self, aes: AESGCM, r: Raw, body: bytes, tampered: str, extra: bytes = b"") -> bytes:
         nonce, ct = body[: fmt.NONCE_LEN], body[fmt.NONCE_LEN :]

@@ -46,97 +46,117 @@ def walk(f, size: int, data_start: int, version: int, path: str, want_body) -> I
 
     Checks structure and record order only (no key). Bodies are read when ``want_body(rtype, track_id)``
     (always for TRACK records); a CHUNK's clear fields always."""
-    pos, seq = data_start, 0
-    data_type = fmt.DATA_TYPE[version]
-    open_tracks: set[int] = set()
-    ended: set[int] = set()
-    last_frame: int | None = None
+    w = _Walk(f, size, data_start, version, want_body)
+    while True:
+        item = w.next()
+        yield item
+        if isinstance(item, Problem):
+            return
+        w.passed(item)
+        if item.rtype == fmt.END:
+            if w.pos != size:
+                yield Problem("corrupt", w.seq, f"{size - w.pos} bytes of unexpected data after the end record "
+                               f"of {path}: the vault is damaged or tampered")
+            return
 
-    def where(rtype=None, tid=None, fi=None) -> str:
-        s = f"vault record {seq}"
+
+_HEAD = fmt.LEN.size + fmt.REC.size  # a record's length and clear fields
+
+
+class _Walk:
+    """Where a walk is in the file, and what the records so far allow next."""
+
+    def __init__(self, f, size: int, data_start: int, version: int, want_body) -> None:
+        self.f, self.size, self.want_body = f, size, want_body
+        self.pos, self.seq = data_start, 0
+        self.data_type = fmt.DATA_TYPE[version]
+        self.open_tracks: set[int] = set()
+        self.ended: set[int] = set()
+        self.last_frame: int | None = None
+
+    def where(self, rtype=None, tid=None, fi=None) -> str:
+        s = f"vault record {self.seq}"
         if rtype in (fmt.TRACK, fmt.FRAME, fmt.CHUNK, fmt.TRACK_END):
             s += f" (track {tid}, frame {fi})"
         return s
 
-    def truncated(partial: int) -> Problem:
+    def corrupt(self, what: str, rtype=None, tid=None, fi=None) -> Problem:
+        return Problem("corrupt", self.seq, f"{self.where(rtype, tid, fi)} {what}: the vault is damaged or tampered")
+
+    def truncated(self, partial: int) -> Problem:
+        seq, last_frame = self.seq, self.last_frame
         lf = "" if last_frame is None else f" (last complete frame {last_frame})"
         lost = (
             f"frames after {last_frame} are missing" if last_frame is not None else "no frame records survived"
         )
         tail = f"; a partial record of {partial} bytes was discarded" if partial else "; the end record is missing"
         return Problem("truncated", seq, f"vault truncated after record {seq}{lf}: {lost}{tail}",
-                        partial, last_frame)
+                       partial, last_frame)
 
-    while True:
-        remaining = size - pos
+    def next(self) -> Raw | Problem:
+        """The record at ``pos``, or the Problem that ends the walk there."""
+        remaining = self.size - self.pos
         if remaining == 0:
-            yield truncated(0)
-            return
-        if remaining < fmt.LEN.size + fmt.REC.size:
-            yield truncated(remaining)
-            return
-        head = f.read(fmt.LEN.size + fmt.REC.size)
-        if len(head) != fmt.LEN.size + fmt.REC.size:  # file shrank under us
-            yield truncated(len(head))
-            return
+            return self.truncated(0)
+        if remaining < _HEAD:
+            return self.truncated(remaining)
+        head = self.f.read(_HEAD)
+        if len(head) != _HEAD:  # file shrank under us
+            return self.truncated(len(head))
         (length,) = fmt.LEN.unpack_from(head)
         rtype, tid, fi = fmt.REC.unpack_from(head, fmt.LEN.size)
         body_len = length - fmt.REC.size
         if body_len < 0 or length > fmt.MAX_RECORD:
-            yield Problem("corrupt", seq, f"{where()} is corrupt (bad length): the vault is damaged or tampered")
-            return
+            return self.corrupt("is corrupt (bad length)")
         if remaining < fmt.LEN.size + length:
-            yield truncated(remaining)
-            return
-        if rtype not in fmt.TYPE_NAMES or rtype in (fmt.FRAME, fmt.CHUNK) and rtype != data_type:
-            yield Problem("corrupt", seq, f"{where()} has an unknown type: the vault is damaged or tampered")
-            return
+            return self.truncated(remaining)
+        return self._check(rtype, tid, fi, body_len) or self._read(rtype, tid, fi, body_len)
+
+    def _check(self, rtype: int, tid: int, fi: int, body_len: int) -> Problem | None:
+        """A record's type, size and place in the order."""
+        if rtype not in fmt.TYPE_NAMES or rtype in (fmt.FRAME, fmt.CHUNK) and rtype != self.data_type:
+            return self.corrupt("has an unknown type")
         expected = fmt.BODY_LEN.get(rtype)
         if ((expected is not None and body_len != expected) or (rtype == fmt.FRAME and body_len < fmt.MIN_FRAME_BODY)
                 or (rtype == fmt.CHUNK and body_len < fmt.MIN_CHUNK_BODY)):
-            yield Problem("corrupt", seq, f"{where(rtype, tid, fi)} is corrupt (bad size): "
-                           "the vault is damaged or tampered")
-            return
+            return self.corrupt("is corrupt (bad size)", rtype, tid, fi)
         bad_order = (
-            (rtype == fmt.TRACK and (tid in open_tracks or tid in ended))
-            or (rtype in (fmt.FRAME, fmt.CHUNK, fmt.TRACK_END) and tid not in open_tracks)
-            or (rtype == fmt.END and (open_tracks or tid != 0))
+            (rtype == fmt.TRACK and (tid in self.open_tracks or tid in self.ended))
+            or (rtype in (fmt.FRAME, fmt.CHUNK, fmt.TRACK_END) and tid not in self.open_tracks)
+            or (rtype == fmt.END and (self.open_tracks or tid != 0))
         )
         if bad_order:
-            yield Problem("corrupt", seq, f"{where(rtype, tid, fi)} is out of order: "
-                           "the vault is damaged or tampered")
-            return
-        if rtype == fmt.TRACK or want_body(rtype, tid):
-            body = f.read(body_len)
+            return self.corrupt("is out of order", rtype, tid, fi)
+        return None
+
+    def _read(self, rtype: int, tid: int, fi: int, body_len: int) -> Raw | Problem:
+        """The record's body if wanted (else skipped, but for a CHUNK's clear fields)."""
+        body, clear = None, b""
+        if rtype == fmt.TRACK or self.want_body(rtype, tid):
+            body = self.f.read(body_len)
             if len(body) != body_len:
-                yield truncated(fmt.LEN.size + fmt.REC.size + len(body))
-                return
+                return self.truncated(_HEAD + len(body))
+            if rtype == fmt.CHUNK:
+                clear = body[:fmt.CHUNK_CLEAR.size]
         elif rtype == fmt.CHUNK:
-            body = None
-            clear = f.read(fmt.CHUNK_CLEAR.size)
-            f.seek(body_len - fmt.CHUNK_CLEAR.size, os.SEEK_CUR)
+            clear = self.f.read(fmt.CHUNK_CLEAR.size)
+            self.f.seek(body_len - fmt.CHUNK_CLEAR.size, os.SEEK_CUR)
         else:
-            body = None
-            f.seek(body_len, os.SEEK_CUR)
-        clear = (body[:fmt.CHUNK_CLEAR.size] if body is not None else clear) if rtype == fmt.CHUNK else b""
-        raw = Raw(seq, pos, rtype, tid, fi, body_len, body, clear)
+            self.f.seek(body_len, os.SEEK_CUR)
+        raw = Raw(self.seq, self.pos, rtype, tid, fi, body_len, body, clear)
         if rtype == fmt.CHUNK and not raw.group() <= fi <= raw.chunk_range()[0]:
-            yield Problem("corrupt", seq, f"{where(rtype, tid, fi)} is corrupt (bad frame range): "
-                           "the vault is damaged or tampered")
-            return
-        yield raw
-        pos += fmt.LEN.size + length
-        if rtype == fmt.TRACK:
-            open_tracks.add(tid)
-        elif rtype == fmt.TRACK_END:
-            open_tracks.discard(tid)
-            ended.add(tid)
-        elif rtype in (fmt.FRAME, fmt.CHUNK):
-            end = raw.chunk_range()[0] if rtype == fmt.CHUNK else fi
-            last_frame = end if last_frame is None else max(last_frame, end)
-        seq += 1
-        if rtype == fmt.END:
-            if pos != size:
-                yield Problem("corrupt", seq, f"{size - pos} bytes of unexpected data after the end record "
-                               f"of {path}: the vault is damaged or tampered")
-            return
+            return self.corrupt("is corrupt (bad frame range)", rtype, tid, fi)
+        return raw
+
+    def passed(self, raw: Raw) -> None:
+        """Step over a record the walk yielded: its track opens or ends, its frames are complete."""
+        self.pos += _HEAD + raw.body_len
+        if raw.rtype == fmt.TRACK:
+            self.open_tracks.add(raw.track_id)
+        elif raw.rtype == fmt.TRACK_END:
+            self.open_tracks.discard(raw.track_id)
+            self.ended.add(raw.track_id)
+        elif raw.rtype in (fmt.FRAME, fmt.CHUNK):
+            end = raw.chunk_range()[0] if raw.rtype == fmt.CHUNK else raw.frame_index
+            self.last_frame = end if self.last_frame is None else max(self.last_frame, end)
+        self.seq += 1

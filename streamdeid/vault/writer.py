@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-import hmac
-import json
 import os
-from datetime import datetime, timezone
 
 import logging
 import queue
@@ -16,11 +13,11 @@ import numpy as np
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from streamdeid.keys import derive
-from streamdeid.keys.keyfile import MasterKey, TrackKey
 from streamdeid.types import StreamdeidError
 
 from . import chunk, crops
 from . import format as fmt
+from .header import build_header, master_bytes, parse_video_id
 
 log = logging.getLogger(__name__)
 
@@ -28,43 +25,43 @@ log = logging.getLogger(__name__)
 # encoded chunk stays far below format.MAX_RECORD even for 4K faces.
 MAX_PENDING_BYTES = 32 << 20
 
-# header fields the writer fills in itself (a caller's values are replaced)
-RESERVED = ("format", "version", "video_id", "algorithms", "crop_codec", "created", "key_check", "store_crops",
-            "chunk_frames")
+
+def _checked_inverse(inverse_matrix) -> np.ndarray:
+    inv = np.asarray(inverse_matrix, dtype=np.float64)
+    if inv.shape != (2, 3):
+        raise ValueError(f"inverse_matrix must be [2, 3], got {inv.shape}")
+    return inv
 
 
-def _master_bytes(master_key) -> bytes:
-    if isinstance(master_key, TrackKey):
-        raise StreamdeidError("writing a vault needs the master key, not a track key")
-    if isinstance(master_key, MasterKey):
-        return master_key.key_bytes
-    return derive._as_master(master_key)
+def _checked_crop_size(crop_size) -> tuple[int, int]:
+    """(width, height) from an int S or a pair, each within the format's u32."""
+    if isinstance(crop_size, (int, np.integer)):
+        cs = (int(crop_size), int(crop_size))
+    else:
+        cs = tuple(int(v) for v in crop_size)
+        if len(cs) != 2:
+            raise ValueError("crop_size must be an int or (width, height)")
+    if not all(0 <= v < 2**32 for v in cs):
+        raise ValueError(f"crop_size out of range: {cs}")
+    return cs
 
 
-def _video_id(value) -> bytes:
-    if isinstance(value, str):
-        try:
-            value = bytes.fromhex(value)
-        except ValueError:
-            raise ValueError("header_meta['video_id'] is not a hex string") from None
-    return derive.check_video_id(value)
+def _checked_pts(pts) -> int | None:
+    if pts is not None:
+        pts = int(pts)
+        if not -(2**63) <= pts < 2**63:
+            raise ValueError(f"pts out of range: {pts}")
+    return pts
 
 
-def source_fingerprint(path, master_key, head_bytes: int = 1 << 20) -> str:
-    """``"hmac-sha256-head:<hex>"``: HMAC (key from the master) of an input file's size and first MiB.
-
-    Keyed, so only the key's holder can tell whether a file is this vault's
-    source (a plain hash would let anyone holding a candidate original confirm it).
-    """
-    try:
-        size = os.path.getsize(path)
-        with open(path, "rb") as f:
-            head = f.read(head_bytes)
-    except OSError as e:
-        raise StreamdeidError(f"cannot read {path}: {e.strerror}") from None
-    mac = hmac.new(derive.fingerprint_key(_master_bytes(master_key)), size.to_bytes(8, "little") + head,
-                   hashlib.sha256)
-    return f"hmac-sha256-head:{mac.hexdigest()}"
+def _checked_crop(crop_bgr) -> np.ndarray:
+    """A private copy of a BGR or BGRA crop (the caller's frame buffer is reused)."""
+    crop = np.asarray(crop_bgr)
+    if crop.dtype != np.uint8 or crop.ndim != 3 or crop.shape[2] not in (3, 4) or crop.size == 0:
+        raise ValueError(f"crop_bgr must be uint8 [H, W, 3] or BGRA [H, W, 4], got {crop.dtype} {crop.shape}")
+    if max(crop.shape[:2]) >= 2**15:
+        raise ValueError(f"crop_bgr is too large: {crop.shape}")
+    return crop.copy()
 
 
 class VaultWriter:
@@ -99,10 +96,10 @@ class VaultWriter:
         chunk_frames: int = 25,
     ) -> None:
         self.path = os.fspath(path)
-        master = _master_bytes(master_key)
+        master = master_bytes(master_key)
         if "video_id" not in header_meta:
             raise ValueError("header_meta needs a 'video_id'")
-        self.video_id = _video_id(header_meta["video_id"])
+        self.video_id = parse_video_id(header_meta["video_id"])
         self.store_crops = bool(store_crops)
         self.codec = crops.codec_for(quality) if self.store_crops else None
         self.chunk_frames = max(1, int(chunk_frames))
@@ -118,29 +115,18 @@ class VaultWriter:
         self._max_frame = 0
         self._closed = False
 
-        meta = {k: v for k, v in header_meta.items() if k not in RESERVED}
-        meta.update(
-            format="streamdeid-vault",
-            version=fmt.VERSION,
-            video_id=self.video_id.hex(),
-            algorithms=fmt.ALGORITHMS,
-            crop_codec=crops.codec_name(self.codec) if self.codec else None,
-            chunk_frames=self.chunk_frames,
-            created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            key_check=derive.key_check(master, self.video_id).hex(),
-            store_crops=self.store_crops,
-        )
-        try:
-            js = json.dumps(meta, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode()
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"header_meta is not JSON-serialisable: {e}") from None
-        if len(js) > fmt.MAX_JSON:
-            raise ValueError("header_meta is too large")
-        head = fmt.HEADER_FIXED.pack(fmt.MAGIC, fmt.VERSION, len(js)) + js
-        self.header = meta
+        self.header, head, mac = build_header(
+            header_meta, self.video_id, master, crop_codec=crops.codec_name(self.codec) if self.codec else None,
+            chunk_frames=self.chunk_frames, store_crops=self.store_crops)
         self.header_digest = hashlib.sha256(head).digest()
-        mac = hmac.new(derive.header_mac_key(master, self.video_id), head, hashlib.sha256).digest()
+        self._f = self._create(overwrite)
+        self._io(self._f.write, head + mac)
+        self._sync()
+        self._sync_dir()
+        self._start_worker()
 
+    def _create(self, overwrite: bool):
+        """The vault file, owner-only; an existing one is an error unless ``overwrite``."""
         flags = os.O_WRONLY | os.O_CREAT | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0)
         flags |= os.O_TRUNC if overwrite else os.O_EXCL
         try:
@@ -149,10 +135,9 @@ class VaultWriter:
             raise StreamdeidError(f"vault already exists, refusing to overwrite it: {self.path}") from None
         except OSError as e:
             raise StreamdeidError(f"cannot create vault {self.path}: {e.strerror}") from None
-        self._f = os.fdopen(fd, "wb")
-        self._io(self._f.write, head + mac)
-        self._sync()
-        self._sync_dir()
+        return os.fdopen(fd, "wb")
+
+    def _start_worker(self) -> None:
         # Groups are encoded and written by one thread, in order; at most two wait (back-pressure).
         self._queue: queue.Queue = queue.Queue(maxsize=2)
         self._error: BaseException | None = None
@@ -215,7 +200,7 @@ class VaultWriter:
         inverse_matrix,
         crop_size,
         crop_bgr: np.ndarray | None = None,
-        mask_params=(),
+        mask_params: fmt.MaskParams | None = None,
     ) -> int:
         """Buffer one face of one frame for the open group.
 
@@ -225,42 +210,24 @@ class VaultWriter:
         [H, W, 4] whose alpha says which pixels to restore (the mask is stored
         exactly, the pixels by the vault's crop codec); ignored when the vault
         was opened with store_crops=False.
-        ``mask_params``: any float64 values the blender needs to rebuild its mask.
+        ``mask_params``: where the face was pasted and how it was made (recovery reads them back).
         Returns the number of faces buffered in the open group.
         """
+        # Everything is checked here, in the caller's thread: a bad value found by the writer thread
+        # would surface groups later, far from the call that gave it.
         self._check_open()
         tid = derive.check_track_id(track_id)
         fi = int(frame_index)
         if not 0 <= fi < 2**64:
             raise ValueError(f"frame_index out of range: {fi}")
-        inv = np.asarray(inverse_matrix, dtype=np.float64)
-        if inv.shape != (2, 3):
-            raise ValueError(f"inverse_matrix must be [2, 3], got {inv.shape}")
-        if isinstance(crop_size, (int, np.integer)):
-            cs = (int(crop_size), int(crop_size))
-        else:
-            cs = tuple(int(v) for v in crop_size)
-            if len(cs) != 2:
-                raise ValueError("crop_size must be an int or (width, height)")
-        if not all(0 <= v < 2**32 for v in cs):
-            raise ValueError(f"crop_size out of range: {cs}")
-        mask = np.asarray(mask_params, dtype=np.float64).reshape(-1)
-        if len(mask) >= 2**16:
-            raise ValueError("too many mask parameters")
-        if pts is not None:
-            pts = int(pts)
-            if not -(2**63) <= pts < 2**63:
-                raise ValueError(f"pts out of range: {pts}")
-        crop = None
-        if self.store_crops and crop_bgr is not None:
-            crop = np.asarray(crop_bgr)
-            if crop.dtype != np.uint8 or crop.ndim != 3 or crop.shape[2] not in (3, 4) or crop.size == 0:
-                raise ValueError(f"crop_bgr must be uint8 [H, W, 3] or BGRA [H, W, 4], got {crop.dtype} {crop.shape}")
-            if max(crop.shape[:2]) >= 2**15:
-                raise ValueError(f"crop_bgr is too large: {crop.shape}")
-            crop = crop.copy()  # the caller's frame buffer is reused
+        inv = _checked_inverse(inverse_matrix)
+        cs = _checked_crop_size(crop_size)
+        if mask_params is not None and not isinstance(mask_params, fmt.MaskParams):
+            raise TypeError(f"mask_params must be a MaskParams or None, got {type(mask_params).__name__}")
+        pts = _checked_pts(pts)
+        crop = _checked_crop(crop_bgr) if self.store_crops and crop_bgr is not None else None
         self.advance(fi)
-        self._pending.setdefault(tid, []).append(chunk.ChunkFace(fi, pts, inv.copy(), cs, mask, crop))
+        self._pending.setdefault(tid, []).append(chunk.ChunkFace(fi, pts, inv.copy(), cs, mask_params, crop))
         self._pending_bytes += 0 if crop is None else crop.nbytes
         self._pending_faces += 1
         return self._pending_faces

@@ -27,6 +27,7 @@ import av
 
 from streamdeid.config import OutputConfig
 from streamdeid.types import StreamdeidError
+from streamdeid.video.reader import ColorInfo
 
 log = logging.getLogger(__name__)
 
@@ -158,3 +159,28 @@ def pick_audio_encoder(supported: set[str]) -> str | None:
                 continue
             return name
     return None
+
+
+def tag_colors(stream: av.video.stream.VideoStream, color: ColorInfo) -> None:
+    """Tag a YUV output like its source, so the writer's BGR->YUV matrix (and players) match the reader's."""
+    ctx = stream.codec_context
+    ctx.color_range = 2 if color.color_range == 2 else 1  # keep full range, else limited
+    if color.colorspace != 2:
+        ctx.colorspace = color.colorspace
+    if color.color_primaries != 2:
+        ctx.color_primaries = color.color_primaries
+    if color.color_trc != 2:
+        ctx.color_trc = color.color_trc
+
+
+def add_audio_encoder(container: av.container.OutputContainer, encoder: str,
+                      source: av.audio.stream.AudioStream) -> av.stream.Stream:
+    """An ``encoder`` stream for re-encoding ``source``: its rate if the encoder takes it (else the
+    encoder's highest), its layout up to stereo."""
+    codec = av.Codec(encoder, "w")
+    rates = codec.audio_rates
+    rate = source.rate if not rates or source.rate in rates else max(rates)
+    layout = source.layout.name if source.channels <= 2 else "stereo"
+    stream = container.add_stream(encoder, rate=rate, layout=layout)
+    stream.format = codec.audio_formats[0].name
+    return stream

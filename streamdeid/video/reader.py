@@ -18,14 +18,10 @@ anonymized video is more useful to the user than a crash.
 from __future__ import annotations
 
 import logging
-import os
-import re
-import sys
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from fractions import Fraction
-from pathlib import Path
 from typing import Union
 
 import av
@@ -35,16 +31,28 @@ from av.video.reformatter import Interpolation
 
 from streamdeid.types import Frame, StreamdeidError
 
+# Input classification and opening live in .inputs; these names stay importable
+# from here because the writers, the CLI and streamdeid.live import them from
+# the reader.
+from streamdeid.video.inputs import (
+    READ_ERRORS,
+    STDIN,
+    error_reason,
+    is_device,
+    is_live_input,
+    is_stream_url,
+    open_container,
+    redact_url,
+)
+
 log = logging.getLogger(__name__)
 
-STDIN = "-"
 # Consecutive undecodable video packets after which we give up on a source:
 # beyond this the data is garbage, and looping on it would look like a hang.
 MAX_CONSECUTIVE_DECODE_ERRORS = 50
 # Demuxed packets without a single decoded frame before open_source gives up
 # (e.g. a file of audio packets with a broken video stream).
 MAX_PACKETS_BEFORE_FIRST_FRAME = 2000
-_AV_ERRORS = (av.FFmpegError, OSError, EOFError, ValueError)
 # swscale's default YUV->BGR path truncates, darkening every decode by ~1.5
 # levels; these flags round correctly (bias ~0.1) but cost ~5x more time.
 ACCURATE_YUV_TO_BGR = Interpolation.BILINEAR | Interpolation.ACCURATE_RND | Interpolation.FULL_CHR_H_INT
@@ -218,7 +226,7 @@ class VideoSource:
             self._closed = True
             try:
                 self._container.close()
-            except _AV_ERRORS:  # closing a broken input must not mask the real error
+            except READ_ERRORS:  # closing a broken input must not mask the real error
                 pass
 
     # ------------------------------------------------------------- internals
@@ -241,7 +249,7 @@ class VideoSource:
         except StopIteration:
             self._finish()
             return
-        except _AV_ERRORS as exc:
+        except READ_ERRORS as exc:
             log.warning("%s: stopped reading after frame %d: %s", self.name, self._index, error_reason(exc))
             self.end_reason = error_reason(exc)
             self._finish()
@@ -258,7 +266,7 @@ class VideoSource:
     def _decode(self, packet: av.Packet | None) -> None:
         try:
             decoded = self._video.decode(packet)
-        except _AV_ERRORS as exc:
+        except READ_ERRORS as exc:
             self._decode_errors += 1
             log.warning("%s: skipped an undecodable video packet: %s", self.name, error_reason(exc))
             if self._decode_errors >= MAX_CONSECUTIVE_DECODE_ERRORS:
@@ -332,70 +340,8 @@ def _rotation_of(vf: av.VideoFrame) -> int:
     """Display-matrix rotation in degrees counter-clockwise, 0 when absent."""
     try:
         return int(round(vf.rotation)) % 360
-    except _AV_ERRORS + (AttributeError, TypeError):
+    except READ_ERRORS + (AttributeError, TypeError):
         return 0
-
-
-def error_reason(exc: BaseException) -> str:
-    """First line of an exception message, without PyAV's ``[Errno N]`` prefix (for one-line errors)."""
-    text = str(exc).strip().splitlines()
-    return re.sub(r"^\[Errno -?\d+\]\s*", "", text[0]) if text else type(exc).__name__
-
-
-# URL schemes read through FFmpeg's network demuxers (live, never "truncated").
-STREAM_SCHEMES = ("rtsp://", "rtsps://", "rtmp://", "rtmps://", "srt://", "udp://", "tcp://")
-DEVICE_PREFIX = "/dev/video"
-
-
-def is_stream_url(path: str) -> bool:
-    """Whether ``path`` names a network stream (``rtsp://...`` etc.)."""
-    return str(path).lower().startswith(STREAM_SCHEMES)
-
-
-def is_device(path: str) -> bool:
-    """Whether ``path`` names a V4L2 capture device (``/dev/video0``)."""
-    return str(path).startswith(DEVICE_PREFIX)
-
-
-def is_live_input(path: str) -> bool:
-    """Network streams, capture devices and stdin never end on their own terms."""
-    return path == STDIN or is_stream_url(path) or is_device(path)
-
-
-def redact_url(url: str) -> str:
-    """``rtsp://user:secret@host/x`` -> ``rtsp://user:***@host/x`` for logs."""
-    return re.sub(r"(://[^/:@]+):[^/@]*@", r"\1:***@", url)
-
-
-def _open_container(
-    path_or_dash: str,
-    format: str | None,
-    options: dict[str, str] | None = None,
-    timeout: float | tuple[float, float] | None = None,
-) -> tuple[av.container.InputContainer, str, bool]:
-    kwargs: dict[str, object] = {"options": dict(options or {})}
-    if timeout is not None:
-        kwargs["timeout"] = timeout
-    if path_or_dash == STDIN:
-        if sys.stdin is None or sys.stdin.isatty():
-            raise StreamdeidError("input '-' needs a video piped into stdin (e.g. ffmpeg ... -f matroska -)")
-        return av.open(sys.stdin.buffer, mode="r", format=format, **kwargs), "<stdin>", True
-    if is_stream_url(path_or_dash):
-        return av.open(path_or_dash, mode="r", format=format, **kwargs), redact_url(path_or_dash), True
-    if is_device(path_or_dash):
-        if not Path(path_or_dash).exists():
-            raise StreamdeidError(f"capture device not found: {path_or_dash}")
-        return av.open(path_or_dash, mode="r", format=format or "v4l2", **kwargs), path_or_dash, True
-    path = Path(path_or_dash)
-    if not path.exists():
-        raise StreamdeidError(f"input file not found: {path}")
-    if path.is_dir():
-        raise StreamdeidError(f"input is a directory, not a video: {path}")
-    if not os.access(path, os.R_OK):
-        raise StreamdeidError(f"input file is not readable (permissions): {path}")
-    if path.stat().st_size == 0:
-        raise StreamdeidError(f"input file is empty: {path}")
-    return av.open(str(path), mode="r", format=format, **kwargs), str(path), False
 
 
 def open_source(
@@ -420,10 +366,10 @@ def open_source(
     Raises ``StreamdeidError`` for anything that is not a decodable video.
     """
     try:
-        container, name, is_live = _open_container(str(path_or_dash), format, options, timeout)
+        container, name, is_live = open_container(str(path_or_dash), format, options, timeout)
     except StreamdeidError:
         raise
-    except _AV_ERRORS as exc:
+    except READ_ERRORS as exc:
         shown = redact_url(str(path_or_dash))
         raise StreamdeidError(f"cannot read {shown} as a video: {error_reason(exc)}") from None
     if not container.streams.video:
@@ -434,6 +380,12 @@ def open_source(
     except StreamdeidError:
         container.close()
         raise
-    except _AV_ERRORS as exc:
+    except READ_ERRORS as exc:
         container.close()
         raise StreamdeidError(f"cannot decode {name}: {error_reason(exc)}") from None
+
+
+__all__ = [
+    "AudioPacket", "ColorInfo", "SourceItem", "VideoSource", "open_source",
+    "STDIN", "error_reason", "is_device", "is_live_input", "is_stream_url", "redact_url",
+]

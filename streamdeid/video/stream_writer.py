@@ -10,7 +10,6 @@ from __future__ import annotations
 import errno
 import logging
 import os
-from pathlib import Path
 
 import av
 
@@ -57,15 +56,16 @@ class StreamWriter(VideoWriter):
         self.target = target
         self._container_name, self._options, self._timeout = container, options, timeout
         self._reader_gone = False  # stdout's reader hung up (EPIPE)
-        # ``path`` names what close() returns and a live run lists as its segment: "-", or "stream"
-        # for a URL (which may hold credentials, so it is not used as a path).
-        super().__init__(Path(target) if target == STDOUT else Path("stream"), template, config)
+        # No file is written, published or kept: what was sent is sent. ``target`` names the output
+        # (redacted in messages: a URL may hold credentials).
+        self.path = None
+        self.partial_path = None
+        self._start(template, config, None)
 
     def _open_container(self) -> av.container.OutputContainer:
         """Open the target itself: no partial file, what was sent is sent."""
         import sys
 
-        self.partial_path = self.path
         target = self.target
         if target == STDOUT:
             ext = ".mkv" if self._container_name in ("matroska", "mkv") else ".ts"
@@ -101,7 +101,8 @@ class StreamWriter(VideoWriter):
             return codec in ("h264", "hevc", "libx264", "libx265", "aac", "mp3", "opus", "libopus", "ac3")
         return super()._accepts(codec)
 
-    def close(self, success: bool = True) -> Path | None:
+    def close(self, success: bool = True) -> None:
+        """End the stream. Returns None: there is no file to publish."""
         if self._closed:
             return None
         if self._frames_written == 0 or self._reader_gone:  # nobody to finish the stream for
@@ -113,14 +114,18 @@ class StreamWriter(VideoWriter):
             if success:
                 raise
             log.warning("ending %s: %s", redact_url(self.target), exc)
-        return self.path if success else None
+        return None
 
-    def abort_keep_partial(self) -> Path:
+    def abort_keep_partial(self) -> None:
+        """End the stream; nothing is kept beyond what was sent."""
         self.close(success=False)
-        return self.path
+        return None
 
     def _destination(self) -> str:
         return f"pushing to {redact_url(self.target)}"
+
+    def _output_name(self) -> str:
+        return redact_url(self.target)
 
     def _discard(self) -> None:
         self._closed = True

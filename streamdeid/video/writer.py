@@ -37,10 +37,12 @@ from streamdeid.video.encoding import (
     MP4_LIKE,
     UNQUERYABLE,
     VideoEncoding,
+    add_audio_encoder,
     choose_video_encoding,
     muxer_options,
     output_format,
     pick_audio_encoder,
+    tag_colors,
 )
 from streamdeid.video.finish import faststart_copy
 from streamdeid.video.partial import check_overwrite, claim_partial, partial_path_for, publish, write_image
@@ -79,6 +81,10 @@ class VideoWriter:
     def __init__(self, path: str | os.PathLike[str], template: VideoTemplate, config: OutputConfig,
                  metadata: dict[str, str] | None = None) -> None:
         self.path = Path(path)
+        self._start(template, config, metadata)
+
+    def _start(self, template: VideoTemplate, config: OutputConfig, metadata: dict[str, str] | None) -> None:
+        """Open the container and add the streams (after ``path`` or a StreamWriter's target is set)."""
         self._config = config
         self._template = template
         self._closed = False
@@ -249,20 +255,10 @@ class VideoWriter:
         stream.codec_context.time_base = time_base
         stream.thread_type = "AUTO"
         if not av.VideoFormat(enc.pix_fmt).is_rgb and enc.codec != "gif":
-            self._tag_colors(stream, t.color)
+            tag_colors(stream, t.color)
         if t.rotation:
             stream.set_display_rotation(t.rotation)
         return stream
-
-    def _tag_colors(self, stream: av.video.stream.VideoStream, color: ColorInfo) -> None:
-        ctx = stream.codec_context
-        ctx.color_range = 2 if color.color_range == 2 else 1  # keep full range, else limited
-        if color.colorspace != 2:
-            ctx.colorspace = color.colorspace
-        if color.color_primaries != 2:
-            ctx.color_primaries = color.color_primaries
-        if color.color_trc != 2:
-            ctx.color_trc = color.color_trc
 
     def _add_audio_stream(self, source: av.audio.stream.AudioStream | None) -> None:
         if source is None:
@@ -282,22 +278,13 @@ class VideoWriter:
         if encoder is None:
             log.warning("%s accepts no audio codec we can encode: audio dropped", self._ext)
             return
-        self._audio_out = self._make_audio_encoder(encoder, source)
+        self._audio_out = add_audio_encoder(self._container, encoder, source)
         log.info("audio %s cannot go into %s: re-encoding to %s", name, self._ext, encoder)
 
     def _accepts(self, codec: str) -> bool:
         """Whether the output container can store ``codec``. Some muxers
         (MPEG-TS) cannot answer the question; then we assume yes."""
         return self._ext in UNQUERYABLE or codec in self._container.supported_codecs
-
-    def _make_audio_encoder(self, encoder: str, source: av.audio.stream.AudioStream) -> av.stream.Stream:
-        codec = av.Codec(encoder, "w")
-        rates = codec.audio_rates
-        rate = source.rate if not rates or source.rate in rates else max(rates)
-        layout = source.layout.name if source.channels <= 2 else "stereo"
-        stream = self._container.add_stream(encoder, rate=rate, layout=layout)
-        stream.format = codec.audio_formats[0].name
-        return stream
 
     # ---------------------------------------------------------- encoding
     def _to_video_frame(self, image: np.ndarray) -> av.VideoFrame:
@@ -349,6 +336,10 @@ class VideoWriter:
         """What a write error names."""
         return f"writing {self.partial_path}"
 
+    def _output_name(self) -> str:
+        """The output as a message names it."""
+        return str(self.partial_path)
+
     # ---------------------------------------------------------- shutdown
     def _flush_encoders(self) -> None:
         if self._audio_out is not None and not self._audio_copy:
@@ -368,7 +359,7 @@ class VideoWriter:
             try:
                 self._container.close()
             except _AV_ERRORS as exc:
-                raise StreamdeidError(f"finishing {self.partial_path} failed: {error_reason(exc)}") from None
+                raise StreamdeidError(f"finishing {self._output_name()} failed: {error_reason(exc)}") from None
 
     def _discard(self) -> None:
         self._closed = True
