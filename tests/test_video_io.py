@@ -347,3 +347,13 @@ def test_hamilton_clip_audio_copied(tmp_path: Path) -> None:
     with open_source(str(tmp_path / "out.mp4")) as out:
         assert out.audio_stream.codec_context.name == "aac"
         assert (out.width, out.height) == (640, 360)
+
+
+def test_segment_time_warning_on_a_push_url_hides_the_password(caplog) -> None:
+    from streamdeid.config import OutputConfig
+    from streamdeid.live.outputs import SegmentRecorder
+
+    with caplog.at_level("WARNING"):
+        out = SegmentRecorder("rtsp://cam:s3cret@example.invalid/live", None, OutputConfig(), segment_time=10)
+    assert out.segment_time is None
+    assert "applies to file recordings" in caplog.text and "s3cret" not in caplog.text
