@@ -182,7 +182,7 @@ def sheet(clip: Path, outputs: list[tuple[str, Path]], frames: list[int], path: 
     cv2.imwrite(str(path), np.vstack(rows))
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--faces", type=int, default=360, help="faces in the crowd")
     ap.add_argument("--canvas", default="1920x1080", help="crowd canvas WxH (the frame is 1280x720)")
@@ -196,62 +196,61 @@ def main() -> None:
     ap.add_argument("--deface-python", default=None, help="Python of a venv with deface (default ~/venv-deface)")
     ap.add_argument("--out", type=Path, default=Path("crowd-out"))
     ap.add_argument("--tracking-only", type=Path, help=argparse.SUPPRESS)
-    args = ap.parse_args()
-    args.out = args.out.resolve()
-    args.out.mkdir(parents=True, exist_ok=True)
-    if args.tracking_only:  # for --code: the pass on the tree measured, as JSON on stderr
-        print(json.dumps(tracking_pass(load_truth(args.tracking_only))), file=sys.stderr)
-        return
-    py = args.deface_python or deface_python()
-    have_deface = bool(py and python_has_deface(py))
+    return ap.parse_args()
 
-    clip, pan = build_clip(args)
-    in_view = pan.distinct_faces(args.min_px)
-    print(f"clip {clip.name}: {len(pan)} frames, camera {pan.speed():.1f} px/frame, "
-          f"{in_view} distinct faces >= {args.min_px:.0f} px in view, "
-          f"{np.mean([len(pan.faces_in(t, args.min_px)[0]) for t in range(len(pan))]):.0f} per frame")
 
+def reference_faces(clip: Path, pan: PanClip, deface_py: str | None) -> list:
+    """The pasted faces, merged with CenterFace's (when deface is installed) as the recall references."""
     refs: dict[str, dict[int, np.ndarray]] = {
         "synthetic": {t: pan.faces_in(t)[1] for t in range(len(pan))}}
-    if have_deface:
-        refs["centerface"] = cached(clip, "centerface-0.5", lambda: CenterFaceReference(py, 0.5).detect(
+    if deface_py:
+        refs["centerface"] = cached(clip, "centerface-0.5", lambda: CenterFaceReference(deface_py, 0.5).detect(
             read_frames(clip)))
-    faces = merge_references(refs)
+    return merge_references(refs)
 
-    result: dict = {"clip": clip.name, "frames": len(pan), "camera_px_per_frame": round(pan.speed(), 2),
-                    "faces_in_view": in_view, "run_args": args.run_args}
-    ours = args.out / "streamdeid.mp4"
-    cmd = [sys.executable, "-m", "streamdeid.cli", "run", str(clip), "-o", str(ours), "--overwrite",
-           "--no-progress", *args.run_args.split()]
-    deface_cmd = None
-    if have_deface and not args.no_deface:
-        theirs = args.out / "deface.mp4"
-        deface_cmd = [str(Path(py).parent / "deface"), str(clip), "-o", str(theirs), "--replacewith", "solid",
-                      "--execution-provider", "CPUExecutionProvider"]
+
+def timed_runs(cmd: list[str], deface_cmd: list[str] | None, repeat: int, code: Path | None
+               ) -> tuple[float, float | None, str]:
+    """Median seconds of streamdeid and of deface (None without it), and streamdeid's last log."""
     ours_s, theirs_s = [], []
-    for _ in range(args.repeat):  # alternate, so both see the same machine state
-        seconds, log = run_cli(cmd, args.code)
+    for _ in range(repeat):  # alternate, so both see the same machine state
+        seconds, log = run_cli(cmd, code)
         ours_s.append(seconds)
         if deface_cmd:
             theirs_s.append(run_cli(deface_cmd)[0])
-    seconds = statistics.median(ours_s)
+    return statistics.median(ours_s), statistics.median(theirs_s) if deface_cmd else None, log
+
+
+def tool_result(name: str, clip: Path, output: Path, faces, frames: int, seconds: float, extra: dict):
+    """(the tool's entry in crowd.json, its recall report); ``extra`` goes between fps and covered_area."""
+    report = evaluate(name, frame_pairs(clip, output, None), faces)
+    return ({"seconds": round(seconds, 1), "fps": round(frames / seconds, 2), **extra,
+             "covered_area": round(covered_area(clip, output), 4), "recall": report.to_json()}, report)
+
+
+def run_tools(args, clip: Path, frames: int, faces, in_view: int, deface_exe: str | None):
+    """Both command lines on the clip: ({tool: entry}, recall reports, [(tool, output video)])."""
+    ours, theirs = args.out / "streamdeid.mp4", args.out / "deface.mp4"
+    cmd = [sys.executable, "-m", "streamdeid.cli", "run", str(clip), "-o", str(ours), "--overwrite",
+           "--no-progress", *args.run_args.split()]
+    deface_cmd = None
+    if deface_exe:
+        deface_cmd = [deface_exe, str(clip), "-o", str(theirs), "--replacewith", "solid",
+                      "--execution-provider", "CPUExecutionProvider"]
+    ours_s, theirs_s, log = timed_runs(cmd, deface_cmd, args.repeat, args.code)
     m = SUMMARY.search(log)
     tracks = int(m.group(3)) if m else -1
-    report = evaluate("streamdeid", frame_pairs(clip, ours, None), faces)
-    result["streamdeid"] = {"seconds": round(seconds, 1), "fps": round(len(pan) / seconds, 2), "tracks": tracks,
-                            "tracks_per_face_in_view": round(tracks / max(in_view, 1), 2),
-                            "covered_area": round(covered_area(clip, ours), 4), "recall": report.to_json()}
-    reports = [report]
-    outputs = [("streamdeid", ours)]
+    entry, report = tool_result("streamdeid", clip, ours, faces, frames, ours_s, {
+        "tracks": tracks, "tracks_per_face_in_view": round(tracks / max(in_view, 1), 2)})
+    entries, reports, outputs = {"streamdeid": entry}, [report], [("streamdeid", ours)]
     if deface_cmd:
-        seconds = statistics.median(theirs_s)
-        dreport = evaluate("deface", frame_pairs(clip, theirs, None), faces)
-        result["deface"] = {"seconds": round(seconds, 1), "fps": round(len(pan) / seconds, 2),
-                            "covered_area": round(covered_area(clip, theirs), 4), "recall": dreport.to_json()}
+        entries["deface"], dreport = tool_result("deface", clip, theirs, faces, frames, theirs_s, {})
         reports.append(dreport)
         outputs.append(("deface", theirs))
-    result["tracking_pass"] = tracking_pass_of(args)
+    return entries, reports, outputs
 
+
+def print_summary(result: dict, reports: list) -> None:
     print()
     print(table(reports))
     for r in reports:
@@ -267,12 +266,42 @@ def main() -> None:
         print(f"speed ratio {s['fps'] / d['fps']:.2f}x, area ratio {s['covered_area'] / d['covered_area']:.2f}x")
     if result["tracking_pass"]:
         print("tracking pass:", json.dumps(result["tracking_pass"]))
-    frames = [0, len(pan) // 3, 2 * len(pan) // 3, len(pan) - 1]
-    sheet(clip, outputs, frames, args.out / "sheet.png")
+
+
+def write_outputs(out: Path, clip: Path, frames: int, outputs, report, result: dict) -> None:
+    """sheet.png, misses.png (streamdeid's misses) and crowd.json."""
+    sheet(clip, outputs, [0, frames // 3, 2 * frames // 3, frames - 1], out / "sheet.png")
     missed = dict(read_frames(clip, {o.face.frame for o in report.misses})) if report.misses else {}
-    contact_sheet([("pan", o, missed[o.face.frame]) for o in report.misses], args.out / "misses.png")
-    (args.out / "crowd.json").write_text(json.dumps(result, indent=1))
-    print(f"\nJSON: {args.out / 'crowd.json'}; frames side by side: {args.out / 'sheet.png'}")
+    contact_sheet([("pan", o, missed[o.face.frame]) for o in report.misses], out / "misses.png")
+    (out / "crowd.json").write_text(json.dumps(result, indent=1))
+    print(f"\nJSON: {out / 'crowd.json'}; frames side by side: {out / 'sheet.png'}")
+
+
+def main() -> None:
+    args = parse_args()
+    args.out = args.out.resolve()
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.tracking_only:  # for --code: the pass on the tree measured, as JSON on stderr
+        print(json.dumps(tracking_pass(load_truth(args.tracking_only))), file=sys.stderr)
+        return
+    py = args.deface_python or deface_python()
+    have_deface = bool(py and python_has_deface(py))
+
+    clip, pan = build_clip(args)
+    in_view = pan.distinct_faces(args.min_px)
+    print(f"clip {clip.name}: {len(pan)} frames, camera {pan.speed():.1f} px/frame, "
+          f"{in_view} distinct faces >= {args.min_px:.0f} px in view, "
+          f"{np.mean([len(pan.faces_in(t, args.min_px)[0]) for t in range(len(pan))]):.0f} per frame")
+    faces = reference_faces(clip, pan, py if have_deface else None)
+
+    result: dict = {"clip": clip.name, "frames": len(pan), "camera_px_per_frame": round(pan.speed(), 2),
+                    "faces_in_view": in_view, "run_args": args.run_args}
+    deface_exe = str(Path(py).parent / "deface") if have_deface and not args.no_deface else None
+    entries, reports, outputs = run_tools(args, clip, len(pan), faces, in_view, deface_exe)
+    result.update(entries)
+    result["tracking_pass"] = tracking_pass_of(args)
+    print_summary(result, reports)
+    write_outputs(args.out, clip, len(pan), outputs, reports[0], result)
 
 
 if __name__ == "__main__":

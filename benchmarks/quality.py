@@ -70,7 +70,7 @@ def bar(it=None, **kw):
     return tqdm(it, dynamic_ncols=True, **kw)
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--anonymizers", default="blur,mosaic,solid",
                     help="comma-separated method names; NAME-raw turns the leak guard off (e.g. dbaf-raw)")
@@ -87,31 +87,25 @@ def main(argv=None) -> int:
     ap.add_argument("--keep-videos", action="store_true", help="keep the anonymized clips (in --out/videos)")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--seed", type=int, default=0, help="seed of the evaluation keys")
-    args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING)
-    cv2.setNumThreads(args.threads)
-    t0 = time.perf_counter()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    methods = [m.strip() for m in args.anonymizers.split(",") if m.strip()]
+    return ap.parse_args(argv)
+
+
+def build_anonymizers(methods: list[str], model: str | None) -> dict | None:
+    """{method: (anonymizer, config, recoverer)}; None (after printing why) when one cannot be made."""
     anonymizers = {}
     for m in methods:
-        cfg = method_config(m, args.model)
+        cfg = method_config(m, model)
         try:
             anonymizer = create_anonymizer(cfg)
             anonymizers[m] = (anonymizer, cfg, create_recoverer(cfg, anonymizer))
         except StreamdeidError as exc:
             print(f"error: {m}: {exc}", file=sys.stderr)
-            return 1
+            return None
+    return anonymizers
 
-    from streamdeid.identity import SFace
-    sface = SFace(threads=args.threads)
-    recognizers, skipped = create_recognizers(tuple(r.strip() for r in args.recognizers.split(",")), sface=sface)
-    for k, v in skipped.items():
-        print(f"note: recognizer {k} skipped: {v}", file=sys.stderr)
-    keys = EvalKeys(args.seed)
 
-    # ---------------------------------------------------------------- face sets
+def face_sets(args) -> list[tuple[str, list[Path], float, bool]]:
+    """(name, image paths, pad, largest face only) per face set: --faces (or held-out UTKFace), then --stills."""
     sets = []
     if args.faces:
         sets.append((Path(args.faces).name, image_files(args.faces), args.pad, True))
@@ -122,11 +116,11 @@ def main(argv=None) -> int:
     stills = None if args.stills == "none" else Path(args.stills) if args.stills else (MEDIA if MEDIA.is_dir() else None)
     if stills:
         sets.append((f"stills ({stills.name})", image_files(stills), 0.0, False))
+    return sets
 
-    report = {"meta": {"methods": methods, "recognizers": {r.name: r.rule for r in recognizers},
-                       "skipped_recognizers": skipped, "pixel_range": PIXEL_RANGE,
-                       "beyond_context_margin": EXCESS_MARGIN, "limit": args.limit, "pad": args.pad},
-              "faces": {}}
+
+def evaluate_face_sets(sets, args, anonymizers: dict, recognizers, keys: EvalKeys, report: dict) -> list:
+    """Every method on every face set, into ``report["faces"]``; returns the (name, rows) the figure's grids use."""
     grids = []
     for name, paths, pad, largest in sets:
         fs = load_face_set(name, paths, limit=args.limit if largest else None, largest_only=largest, pad=pad,
@@ -146,39 +140,80 @@ def main(argv=None) -> int:
                                          "no_face": fs.no_face, "files": [p.name for p in fs.paths]},
                                  "methods": rows, "vault": ev.vault()}
         grids.append((name, rows))
+    return grids
 
-    # ---------------------------------------------------------------- videos
-    video_paths = []
-    if args.videos is None:
-        video_paths = sorted(MEDIA.glob("*.mp4")) if MEDIA.is_dir() else []
-    elif args.videos != ["none"]:
-        for v in args.videos:
+
+def video_files(videos: list[str] | None) -> list[Path]:
+    """--videos as files: None is the shared media's clips, ['none'] none, folders are listed."""
+    if videos is None:
+        return sorted(MEDIA.glob("*.mp4")) if MEDIA.is_dir() else []
+    paths: list[Path] = []
+    if videos != ["none"]:
+        for v in videos:
             p = Path(v)
-            video_paths += sorted(q for q in p.iterdir() if q.suffix.lower() in (".mp4", ".mov", ".mkv", ".avi", ".webm")) if p.is_dir() else [p]
-    if video_paths:
-        from streamdeid.eval.video import evaluate_clip, original_detections, pool
-        vrows = []
-        work = out / "videos" if args.keep_videos else Path(tempfile.mkdtemp(prefix="sdeid-quality-"))
-        dets = {str(c): original_detections(c) for c in bar(video_paths, desc="videos: detect originals", leave=False)}
-        per_method = {m: [] for m in methods}
-        for clip in bar(video_paths, desc="videos"):
-            for m in methods:
-                pcfg = PipelineConfig(anonymize=anonymizers[m][1])
-                per_method[m].append(evaluate_clip(clip, pcfg.anonymize.method, work / m, sface,
-                                                   detections=dets[str(clip)], config=pcfg))
-        for m in methods:
-            vrows.append({"method": m, "pooled": pool(per_method[m]), "clips": per_method[m]})
-        report["videos"] = {"files": [str(p) for p in video_paths], "methods": vrows}
-        if not args.keep_videos:
-            shutil.rmtree(work, ignore_errors=True)
+            paths += sorted(q for q in p.iterdir() if q.suffix.lower() in (".mp4", ".mov", ".mkv", ".avi", ".webm")) if p.is_dir() else [p]
+    return paths
 
-    report["meta"]["seconds"] = time.perf_counter() - t0
+
+def evaluate_videos(video_paths: list[Path], methods: list[str], anonymizers: dict, sface, args, out: Path) -> dict:
+    """The ``report["videos"]`` section: every method on every clip, pooled per method."""
+    from streamdeid.eval.video import evaluate_clip, original_detections, pool
+
+    work = out / "videos" if args.keep_videos else Path(tempfile.mkdtemp(prefix="sdeid-quality-"))
+    # originals are detected once, not once per method
+    dets = {str(c): original_detections(c) for c in bar(video_paths, desc="videos: detect originals", leave=False)}
+    per_method = {m: [] for m in methods}
+    for clip in bar(video_paths, desc="videos"):
+        for m in methods:
+            pcfg = PipelineConfig(anonymize=anonymizers[m][1])
+            per_method[m].append(evaluate_clip(clip, pcfg.anonymize.method, work / m, sface,
+                                               detections=dets[str(clip)], config=pcfg))
+    vrows = [{"method": m, "pooled": pool(per_method[m]), "clips": per_method[m]} for m in methods]
+    if not args.keep_videos:
+        shutil.rmtree(work, ignore_errors=True)
+    return {"files": [str(p) for p in video_paths], "methods": vrows}
+
+
+def write_outputs(out: Path, report: dict, grids) -> None:
     write_json(out / "quality.json", report)
     md = markdown(report)
     (out / "quality.md").write_text(md, encoding="utf-8")
     cv2.imwrite(str(out / "quality.png"), make_figure(report, grids))
     print(md)
     print(f"wrote {out / 'quality.json'}, {out / 'quality.md'}, {out / 'quality.png'}")
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    cv2.setNumThreads(args.threads)
+    t0 = time.perf_counter()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    methods = [m.strip() for m in args.anonymizers.split(",") if m.strip()]
+    anonymizers = build_anonymizers(methods, args.model)
+    if anonymizers is None:
+        return 1
+
+    from streamdeid.identity import SFace
+    sface = SFace(threads=args.threads)
+    recognizers, skipped = create_recognizers(tuple(r.strip() for r in args.recognizers.split(",")), sface=sface)
+    for k, v in skipped.items():
+        print(f"note: recognizer {k} skipped: {v}", file=sys.stderr)
+    keys = EvalKeys(args.seed)
+    sets = face_sets(args)
+
+    report = {"meta": {"methods": methods, "recognizers": {r.name: r.rule for r in recognizers},
+                       "skipped_recognizers": skipped, "pixel_range": PIXEL_RANGE,
+                       "beyond_context_margin": EXCESS_MARGIN, "limit": args.limit, "pad": args.pad},
+              "faces": {}}
+    grids = evaluate_face_sets(sets, args, anonymizers, recognizers, keys, report)
+    video_paths = video_files(args.videos)
+    if video_paths:
+        report["videos"] = evaluate_videos(video_paths, methods, anonymizers, sface, args, out)
+
+    report["meta"]["seconds"] = time.perf_counter() - t0
+    write_outputs(out, report, grids)
     return 0
 
 

