@@ -67,7 +67,7 @@ def pack(faces: list[ChunkFace], codec: crops.Codec | None) -> bytes:
     side = b"".join(_geo(f, box_of.get(id(f), (0, 0, 0, 0))) for f in faces) + crops.pack_masks(masks).tobytes()
     side = crops.compress(side)
     if with_crop and codec is not None:
-        cut = [_cut(f.crop[..., :3], b) for f, b in zip(with_crop, boxes)]
+        cut = [_cut(f.crop, b) for f, b in zip(with_crop, boxes)]
         enc = crops.encode(cut, [_cut(m, b) for m, b in zip(owned, boxes)], codec)
     else:
         enc = crops.EncodedCrops(crops.NO_CODEC, 0, 0, [])

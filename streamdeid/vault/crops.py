@@ -90,25 +90,37 @@ def _offset(width: int, height: int, shape: tuple[int, int]) -> tuple[int, int]:
     return (width - shape[1]) // 2, (height - shape[0]) // 2
 
 
-def _on_canvas(crop: np.ndarray, owned: np.ndarray, width: int, height: int) -> np.ndarray:
-    """[h, w, 3] crop + [h, w] bool -> [height, width, 3], unowned pixels set to the owned mean."""
-    own8 = owned.view(np.uint8)
-    fill = cv2.mean(crop, mask=own8)[:3] if own8.any() else (128, 128, 128)
-    canvas = np.empty((height, width, 3), np.uint8)
-    canvas[:] = np.round(fill).astype(np.uint8)
+def _plane(frame: av.VideoFrame, i: int, width: int, height: int, channels: int = 1) -> np.ndarray:
+    """Plane ``i`` of ``frame`` as a writable [height, width(, channels)] view (its padding left out)."""
+    p = frame.planes[i]
+    rows = np.frombuffer(p, np.uint8).reshape(-1, p.line_size)[:height, :width * channels]
+    return rows if channels == 1 else rows.reshape(height, width, channels)
+
+
+def _to_frame(crop: np.ndarray, owned: np.ndarray, width: int, height: int, codec: Codec) -> av.VideoFrame:
+    """[h, w, 3|4] BGR(A) crop + [h, w] owned mask (bool or uint8, nonzero: owned; a BGRA crop's alpha is
+    not read) -> the encoder's frame: the crop centred on a [height, width] canvas, unowned pixels set to
+    the owned mean. Written straight into the frame's planes. For 4:4:4 YUV, OpenCV's full-range YCrCb
+    (20x faster than swscale on small frames); :func:`_from_frame` inverts it the same way."""
+    own8 = owned.view(np.uint8) if owned.dtype == bool else owned
+    fill = np.round(cv2.mean(crop, mask=own8)[:3]) if cv2.countNonZero(own8) else (128, 128, 128)
+    fill = np.array([[fill]], np.uint8)  # [1, 1, 3] BGR
     x, y = _offset(width, height, owned.shape)
-    region = canvas[y:y + crop.shape[0], x:x + crop.shape[1]]
-    cv2.copyTo(crop, own8, region)
-    return canvas
-
-
-def _to_frame(canvas: np.ndarray, codec: Codec) -> av.VideoFrame:
-    """BGR canvas -> what the encoder takes. For 4:4:4 YUV, OpenCV's full-range YCrCb (20x faster
-    than swscale on small frames); :func:`_from_frame` inverts it the same way."""
+    h, w = owned.shape
+    frame = av.VideoFrame(width, height, codec.pix_fmt)
     if codec.pix_fmt == "bgr24":
-        return av.VideoFrame.from_ndarray(canvas, format="bgr24")
-    y, cr, cb = cv2.split(cv2.cvtColor(canvas, cv2.COLOR_BGR2YCrCb))
-    return av.VideoFrame.from_ndarray(np.stack((y, cb, cr)), format="yuv444p")  # planes [3, H, W]
+        canvas = _plane(frame, 0, width, height, 3)
+        canvas[:] = fill
+        cv2.copyTo(crop if crop.shape[2] == 3 else cv2.cvtColor(crop, cv2.COLOR_BGRA2BGR), own8,
+                   canvas[y:y + h, x:x + w])
+        return frame
+    ycc = cv2.split(cv2.cvtColor(crop, cv2.COLOR_BGR2YCrCb))  # Y, Cr, Cb (a 4th channel is ignored)
+    fill_ycc = cv2.cvtColor(fill, cv2.COLOR_BGR2YCrCb)[0, 0]
+    for i, ch in enumerate((0, 2, 1)):  # yuv444p planes: Y, Cb, Cr
+        plane = _plane(frame, i, width, height)
+        plane[:] = fill_ycc[ch]
+        cv2.copyTo(ycc[ch], own8, plane[y:y + h, x:x + w])
+    return frame
 
 
 def _from_frame(frame: av.VideoFrame, codec: Codec) -> np.ndarray:
@@ -119,7 +131,7 @@ def _from_frame(frame: av.VideoFrame, codec: Codec) -> np.ndarray:
 
 
 def encode(crops: list[np.ndarray], owned: list[np.ndarray], codec: Codec) -> EncodedCrops:
-    """BGR crops [h_i, w_i, 3] uint8 and their owned masks [h_i, w_i] -> one H.264 stream."""
+    """BGR(A) crops [h_i, w_i, 3|4] uint8 and their owned masks [h_i, w_i] -> one H.264 stream."""
     width, height = canvas_size([c.shape[:2] for c in crops])
     ctx = av.CodecContext.create(codec.encoder, "w")
     ctx.width, ctx.height, ctx.pix_fmt = width, height, codec.pix_fmt
@@ -128,7 +140,7 @@ def encode(crops: list[np.ndarray], owned: list[np.ndarray], codec: Codec) -> En
     ctx.options = {**codec.options, "threads": "1"}
     packets: list[bytes] = []
     for i, (crop, own) in enumerate(zip(crops, owned)):
-        frame = _to_frame(_on_canvas(crop, own, width, height), codec)
+        frame = _to_frame(crop, own, width, height, codec)
         frame.pts = i
         packets.extend(bytes(p) for p in ctx.encode(frame))
     packets.extend(bytes(p) for p in ctx.encode(None))
