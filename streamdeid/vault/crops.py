@@ -123,11 +123,23 @@ def _to_frame(crop: np.ndarray, owned: np.ndarray, width: int, height: int, code
     return frame
 
 
-def _from_frame(frame: av.VideoFrame, codec: Codec) -> np.ndarray:
-    if codec.pix_fmt == "bgr24":
-        return frame.to_ndarray(format="bgr24")
-    y, cb, cr = frame.to_ndarray(format="yuv444p")  # planes [3, H, W]
-    return cv2.cvtColor(cv2.merge((y, cr, cb)), cv2.COLOR_YCrCb2BGR)
+def _from_frame(frame: av.VideoFrame, codec: Codec, shape: tuple[int, int]) -> np.ndarray:
+    """The crop of ``shape`` (h, w) centred in a decoded frame, as BGR [h, w, 3]. Only that box is
+    converted, read straight from the frame's planes (the decoder gives yuv444p, or gbrp for libx264rgb)."""
+    width, height = frame.width, frame.height
+    x, y = _offset(width, height, shape)
+    box = (slice(y, y + shape[0]), slice(x, x + shape[1]))
+    name = frame.format.name
+    if name == "gbrp" and codec.pix_fmt == "bgr24":
+        g, b, r = (_plane(frame, i, width, height)[box] for i in range(3))
+        return cv2.merge((b, g, r))
+    if name == "yuv444p" and codec.pix_fmt == "yuv444p":
+        y_, cb, cr = (_plane(frame, i, width, height)[box] for i in range(3))
+        return cv2.cvtColor(cv2.merge((y_, cr, cb)), cv2.COLOR_YCrCb2BGR)
+    if codec.pix_fmt == "bgr24":  # any other decoder output: the general (slower) path
+        return frame.to_ndarray(format="bgr24")[box]
+    y_, cb, cr = frame.to_ndarray(format="yuv444p")  # planes [3, H, W]
+    return cv2.cvtColor(cv2.merge((y_[box], cr[box], cb[box])), cv2.COLOR_YCrCb2BGR)
 
 
 def encode(crops: list[np.ndarray], owned: list[np.ndarray], codec: Codec) -> EncodedCrops:
@@ -152,22 +164,20 @@ def decode(enc: EncodedCrops, shapes: list[tuple[int, int]]) -> list[np.ndarray]
     codec = CODECS.get(enc.codec)
     if codec is None:
         raise StreamdeidError(f"unknown crop codec {enc.codec} (written by a newer streamdeid?)")
-    frames: list[np.ndarray] = []
+    frames: list[av.VideoFrame] = []
     try:
         ctx = av.CodecContext.create(codec.decoder, "r")
         ctx.options = {"threads": "1"}
         for data in enc.packets:
-            frames.extend(_from_frame(f, codec) for f in ctx.decode(av.Packet(data)))
-        frames.extend(_from_frame(f, codec) for f in ctx.decode(None))
+            frames.extend(ctx.decode(av.Packet(data)))
+        frames.extend(ctx.decode(None))
     except av.FFmpegError as e:
         raise StreamdeidError(f"a crop video in the vault does not decode: {e}") from None
-    if len(frames) != len(shapes) or any(f.shape[:2] != (enc.height, enc.width) for f in frames):
+    if len(frames) != len(shapes) or any((f.height, f.width) != (enc.height, enc.width) for f in frames):
         raise StreamdeidError("a crop video in the vault does not match its frame list")
-    out = []
-    for frame, shape in zip(frames, shapes):
-        x, y = _offset(enc.width, enc.height, shape)
-        out.append(frame[y:y + shape[0], x:x + shape[1]])
-    return out
+    if any(h > enc.height or w > enc.width for h, w in shapes):
+        raise StreamdeidError("a crop in the vault is larger than its crop video")
+    return [_from_frame(frame, codec, shape) for frame, shape in zip(frames, shapes)]
 
 
 # ---------------------------------------------------------------------- side data
