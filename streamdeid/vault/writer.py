@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 import logging
 import queue
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -27,6 +28,7 @@ log = logging.getLogger(__name__)
 # A group is flushed early once its crops hold this many raw bytes, so one
 # encoded chunk stays far below format.MAX_RECORD even for 4K faces.
 MAX_PENDING_BYTES = 32 << 20
+PACK_THREADS = 2
 
 # header fields the writer fills in itself (a caller's values are replaced)
 RESERVED = ("format", "version", "video_id", "algorithms", "crop_codec", "created", "key_check", "store_crops",
@@ -157,6 +159,9 @@ class VaultWriter:
         self._queue: queue.Queue = queue.Queue(maxsize=2)
         self._error: BaseException | None = None
         self._failed = False  # a write failed: no end records will be written
+        # A group's chunks are packed (x264, LZMA: both release the GIL) by two threads; above all this
+        # halves the last group, which the pipeline waits for at close.
+        self._packers = ThreadPoolExecutor(max_workers=PACK_THREADS, thread_name_prefix="vault-pack")
         self._worker = threading.Thread(target=self._drain, name="vault-writer", daemon=True)
         self._worker.start()
 
@@ -306,16 +311,17 @@ class VaultWriter:
 
     def _write_chunks(self, group: int, pending: dict[int, list[chunk.ChunkFace]]) -> None:
         """One CHUNK record per track of a group, then fsync."""
-        for tid in sorted(pending):
-            # frame order within the chunk (the reader checks it): a caller may go back inside the open group
-            faces = sorted(pending[tid], key=lambda f: f.frame_index)
+        tids = sorted(pending)
+        # frame order within the chunk (the reader checks it): a caller may go back inside the open group
+        ordered = [sorted(pending[tid], key=lambda f: f.frame_index) for tid in tids]
+        payloads = self._packers.map(lambda faces: chunk.pack(faces, self.codec), ordered)
+        for tid, faces, payload in zip(tids, ordered, payloads):
             state = self._tracks.get(tid)
             if state is None:
                 tk = derive.track_key(self._master, self.video_id, tid)
                 state = self._tracks[tid] = [AESGCM(derive.vault_key(tk)), 0]
                 self._write_record(fmt.TRACK, tid, faces[0].frame_index, state[0], b"",
                                    clear=derive.track_key_check(tk))
-            payload = chunk.pack(faces, self.codec)
             last = faces[-1].frame_index
             clear = fmt.CHUNK_CLEAR.pack(last, len(faces), group)
             self._write_record(fmt.CHUNK, tid, faces[0].frame_index, state[0], payload, clear=clear)
@@ -336,6 +342,7 @@ class VaultWriter:
             if self._worker.is_alive():
                 self._queue.put(None)
                 self._worker.join()
+            self._packers.shutdown()
         self._raise_worker_error()
 
     def flush(self) -> None:
