@@ -58,6 +58,9 @@ NO_CODEC = 0  # a geometry-only chunk (--no-crops)
 # the container would add ~60 of them.
 # A small dictionary: the data is small, and preset 9's 64 MiB dictionary costs 40 ms to set up per chunk.
 _LZMA_FILTERS = [{"id": lzma.FILTER_LZMA2, "preset": 9, "dict_size": 1 << 18}]
+# The encoder's match finder (a raw LZMA2 decoder needs only the dictionary size): hash chains, nice_len 32,
+# depth 4 instead of preset 9's binary trees: on hamilton's side data -25% time for +0.15% bytes.
+_LZMA_ENCODE = [{**_LZMA_FILTERS[0], "mf": lzma.MF_HC4, "nice_len": 32, "depth": 4}]
 MAX_SIDE_DATA = 64 << 20
 
 
@@ -223,7 +226,7 @@ def unpack_masks(runs: np.ndarray, shapes: list[tuple[int, int]]) -> tuple[list[
 
 
 def compress(data: bytes) -> bytes:
-    return lzma.compress(data, format=lzma.FORMAT_RAW, filters=_LZMA_FILTERS)
+    return lzma.compress(data, format=lzma.FORMAT_RAW, filters=_LZMA_ENCODE)
 
 
 def decompress(data: bytes) -> bytes:
