@@ -221,6 +221,7 @@ class VaultWriter:
         crop_size,
         crop_bgr: np.ndarray | None = None,
         mask_params=(),
+        owned: np.ndarray | None = None,
     ) -> int:
         """Buffer one face of one frame for the open group.
 
@@ -231,6 +232,8 @@ class VaultWriter:
         exactly, the pixels by the vault's crop codec); ignored when the vault
         was opened with store_crops=False.
         ``mask_params``: any float64 values the blender needs to rebuild its mask.
+        ``owned``: with a BGR ``crop_bgr``, [H, W] bool: which pixels to restore, as a BGRA
+        alpha would say (stored the same way; no BGRA needs building on the caller's thread).
         Returns the number of faces buffered in the open group.
         """
         self._check_open()
@@ -264,8 +267,14 @@ class VaultWriter:
             if max(crop.shape[:2]) >= 2**15:
                 raise ValueError(f"crop_bgr is too large: {crop.shape}")
             crop = crop.copy()  # the caller's frame buffer is reused
+            if owned is not None:
+                owned = np.array(owned, dtype=bool)  # a copy
+                if crop.shape[2] != 3 or owned.shape != crop.shape[:2]:
+                    raise ValueError(f"owned must be [H, W] for a BGR crop_bgr [H, W, 3], got {owned.shape} "
+                                     f"for {crop.shape}")
         self.advance(fi)
-        self._pending.setdefault(tid, []).append(chunk.ChunkFace(fi, pts, inv.copy(), cs, mask, crop))
+        face = chunk.ChunkFace(fi, pts, inv.copy(), cs, mask, crop, owned if crop is not None else None)
+        self._pending.setdefault(tid, []).append(face)
         self._pending_bytes += 0 if crop is None else crop.nbytes
         self._pending_faces += 1
         return self._pending_faces
