@@ -13,6 +13,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import cv2
 import numpy as np
 
 from .keys import KeyFile, RunKeys, load_key, run_keys
@@ -49,9 +50,13 @@ def restore_frame(image: np.ndarray, record: VaultRecord) -> int:
     region = image[y:y + h, x:x + w]
     if region.shape[:2] != (h, w):
         raise StreamdeidError(f"vault record for frame {record.frame_index} does not fit this video's frame size")
-    owned = crop[..., 3] > 0 if crop.shape[2] == 4 else np.ones((h, w), bool)
-    region[owned] = crop[owned, :3]
-    return int(owned.sum())
+    if crop.shape[2] == 3:
+        region[:] = crop
+        return h * w
+    # cv2.copyTo with the alpha as mask: boolean indexing cost ~1 ms a face, on the recover main thread
+    alpha = cv2.extractChannel(crop, 3)
+    cv2.copyTo(cv2.cvtColor(crop, cv2.COLOR_BGRA2BGR), alpha, region)
+    return cv2.countNonZero(alpha)
 
 
 def load_recovery_key(key_file: str) -> KeyFile:

@@ -4,8 +4,8 @@ streamdeid/vault/; recovery (putting faces back) is recovery.py.
 
 At run time ``VaultRecorder`` stores, per anonymized face, the frame rectangle the paste touched, the
 original pixels there, and which of them this face *owns* (the alpha channel of a BGRA crop, stored
-exactly; pixels outside the face's own mask are zeroed before they reach the vault's crop codec, so a
-track key never reveals a neighbour's face).
+exactly; pixels outside the face's own mask never reach the vault's crop codec, which fills them with the
+mean of the owned ones, so a track key never reveals a neighbour's face).
 """
 
 from __future__ import annotations
@@ -13,8 +13,6 @@ from __future__ import annotations
 from dataclasses import asdict
 from pathlib import Path
 
-import cv2
-import numpy as np
 
 from .anonymize import Anonymizer, reversible_method
 from .config import OutputConfig, PipelineConfig
@@ -65,8 +63,8 @@ class VaultRecorder:
             generated = self.reversible is not None and p.method == self.reversible
             self.writer.append(
                 p.face.track_id, frame.index, frame.pts, p.aligned.inverse, len(p.aligned.crop),
-                _owned_bgra(p.original, p.owned) if self.writer.store_crops else None,
-                mask_params=MaskParams(float(p.roi[0]), float(p.roi[1]), generated),
+                p.original if self.writer.store_crops else None,
+                mask_params=MaskParams(float(p.roi[0]), float(p.roi[1]), generated), owned=p.owned,
             )
 
 
@@ -159,11 +157,3 @@ def pipeline_meta(config: PipelineConfig, anonymizer: Anonymizer) -> dict:
                          "backend": anonymizer.backend_name or config.anonymize.backend}
     return meta
 
-
-def _owned_bgra(original: np.ndarray, owned: np.ndarray) -> np.ndarray:
-    """[h, w, 3] original + [h, w] bool -> [h, w, 4] BGRA with unowned pixels zeroed.
-    (cv2.copyTo with a mask: boolean indexing cost 1.6 ms a face on hamilton, in the render thread.)"""
-    own = np.ascontiguousarray(owned).view(np.uint8)
-    bgra = np.zeros(original.shape[:2] + (4,), np.uint8)
-    cv2.copyTo(cv2.merge((np.ascontiguousarray(original), own * np.uint8(255))), own, bgra)
-    return bgra

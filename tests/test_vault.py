@@ -427,6 +427,27 @@ def test_crops_roundtrip_lossless_exact_varied_sizes(tmp_path):
         assert np.array_equal(r.inverse, np.full((2, 3), np.pi * r.frame_index))
 
 
+def test_bgr_crop_with_owned_mask_reads_as_bgra(tmp_path):
+    """append(crop_bgr=BGR, owned=mask) stores what the BGRA crop with that alpha stores; the unowned
+    pixels (here noise) never reach the vault."""
+    master = generate_master_key(tmp_path / "m")
+    rng = np.random.default_rng(5)
+    bgr = [rng.integers(0, 256, (37 + i, 29 + 2 * i, 3), dtype=np.uint8) for i in range(4)]
+    owned = [rng.random(c.shape[:2]) < 0.6 for c in bgr]
+    for quality in ("lossless", "high"):
+        path = tmp_path / f"{quality}.sdv"
+        with VaultWriter(path, {"video_id": new_video_id()}, master, quality=quality) as vw:
+            for i, (c, m) in enumerate(zip(bgr, owned)):
+                vw.append(1, i, None, np.eye(2, 3), 64, c, owned=m)
+            with pytest.raises(ValueError):
+                vw.append(1, 5, None, np.eye(2, 3), 64, bgr[0], owned=owned[1])
+        for r, c, m in zip(VaultReader(path).records(master), bgr, owned):
+            assert r.crop.shape == c.shape[:2] + (4,)
+            assert np.array_equal(r.crop[..., 3] > 0, m) and not r.crop[~m].any()
+            if quality == "lossless":
+                assert np.array_equal(r.crop[m, :3], c[m])
+
+
 def test_tracks_starting_mid_group_come_back_in_frame_order(tmp_path):
     """Chunks of one group are written track by track; the reader merges them by frame."""
     master = generate_master_key(tmp_path / "m")

@@ -27,10 +27,17 @@ class ChunkFace:
     crop_size: tuple[int, int]  # (width, height) of the aligned crop
     mask_params: fmt.MaskParams | None
     crop: np.ndarray | None = field(repr=False)  # uint8 [h, w, 3] BGR or [h, w, 4] BGRA (alpha: owned)
+    owned: np.ndarray | None = field(default=None, repr=False)  # [h, w] bool with a BGR crop (as an alpha)
+
+
+def _has_mask(face: ChunkFace) -> bool:
+    return face.owned is not None or face.crop.shape[2] == 4
 
 
 def _owned(face: ChunkFace) -> np.ndarray:
     crop = face.crop
+    if face.owned is not None:
+        return face.owned
     return crop[..., 3] > 0 if crop.shape[2] == 4 else np.ones(crop.shape[:2], bool)
 
 
@@ -47,7 +54,7 @@ def owned_box(owned: np.ndarray) -> tuple[int, int, int, int]:
 
 def _geo(face: ChunkFace, box: tuple[int, int, int, int]) -> bytes:
     has_crop = face.crop is not None
-    alpha = has_crop and face.crop.shape[2] == 4
+    alpha = has_crop and _has_mask(face)
     flags = (fmt.FLAG_PTS if face.pts is not None else 0) | (fmt.FLAG_CROP if has_crop else 0)
     flags |= fmt.FLAG_ALPHA if alpha else 0
     ph, pw = face.crop.shape[:2] if has_crop else (0, 0)
@@ -64,11 +71,11 @@ def pack(faces: list[ChunkFace], codec: crops.Codec | None) -> bytes:
     owned = [_owned(f) for f in with_crop]
     boxes = [owned_box(m) for m in owned]
     box_of = {id(f): b for f, b in zip(with_crop, boxes)}
-    masks = [m for f, m in zip(with_crop, owned) if f.crop.shape[2] == 4]
+    masks = [m for f, m in zip(with_crop, owned) if _has_mask(f)]
     side = b"".join(_geo(f, box_of.get(id(f), (0, 0, 0, 0))) for f in faces) + crops.pack_masks(masks).tobytes()
     side = crops.compress(side)
     if with_crop and codec is not None:
-        cut = [_cut(f.crop[..., :3], b) for f, b in zip(with_crop, boxes)]
+        cut = [_cut(f.crop, b) for f, b in zip(with_crop, boxes)]
         enc = crops.encode(cut, [_cut(m, b) for m, b in zip(owned, boxes)], codec)
     else:
         enc = crops.EncodedCrops(crops.NO_CODEC, 0, 0, [])

@@ -10,7 +10,7 @@ before encoding, so they cost few bits and reveal nothing.
 
 Qualities (``QUALITIES``):
 
-* ``high`` (default for lossy outputs): H.264 4:4:4, crf 6;
+* ``high`` (default for lossy outputs): H.264 4:4:4, crf 8 (superfast, see ``CODECS``);
 * ``small``: H.264 4:4:4, crf 14 (about half the size, a few dB lower);
 * ``lossless``: H.264 RGB, qp 0 (libx264rgb): the owned pixels come back
   bit-exact, as format 1's PNGs did.
@@ -43,7 +43,13 @@ class Codec:
 
 
 CODECS = {
-    1: Codec(1, "libx264", "h264", "yuv444p", {"crf": "6", "preset": "veryfast"}, False),
+    # superfast with mbtree and a 20-frame lookahead back, aq and 8x8 transforms off, at crf 8, against
+    # veryfast crf 6: x264's time -35% on hamilton; bytes / crop PSNR (benchmarks/vault.py): hamilton
+    # -8.5% / +0.4 dB, head-pose-male -2% / -0.03 dB, face-demographics +2% / +0.4 dB, head-pose-female-
+    # and-male +5% / +0.6 dB, classroom +11% / +1.2 dB. crf 8.5 or 9 would be smaller on most clips but
+    # falls under test_lossy_crops_psnr_and_exact_masks's 44 dB.
+    1: Codec(1, "libx264", "h264", "yuv444p", {"crf": "8", "preset": "superfast",
+                                               "x264-params": "aq-mode=0:mbtree=1:rc-lookahead=20:8x8dct=0"}, False),
     2: Codec(2, "libx264", "h264", "yuv444p", {"crf": "14", "preset": "veryfast"}, False),
     3: Codec(3, "libx264rgb", "h264", "bgr24", {"qp": "0", "preset": "veryfast"}, True),
 }
@@ -54,6 +60,9 @@ NO_CODEC = 0  # a geometry-only chunk (--no-crops)
 # the container would add ~60 of them.
 # A small dictionary: the data is small, and preset 9's 64 MiB dictionary costs 40 ms to set up per chunk.
 _LZMA_FILTERS = [{"id": lzma.FILTER_LZMA2, "preset": 9, "dict_size": 1 << 18}]
+# The encoder's match finder (a raw LZMA2 decoder needs only the dictionary size): hash chains, nice_len 32,
+# depth 4 instead of preset 9's binary trees: on hamilton's side data -25% time for +0.15% bytes.
+_LZMA_ENCODE = [{**_LZMA_FILTERS[0], "mf": lzma.MF_HC4, "nice_len": 32, "depth": 4}]
 MAX_SIDE_DATA = 64 << 20
 
 
@@ -90,36 +99,60 @@ def _offset(width: int, height: int, shape: tuple[int, int]) -> tuple[int, int]:
     return (width - shape[1]) // 2, (height - shape[0]) // 2
 
 
-def _on_canvas(crop: np.ndarray, owned: np.ndarray, width: int, height: int) -> np.ndarray:
-    """[h, w, 3] crop + [h, w] bool -> [height, width, 3], unowned pixels set to the owned mean."""
-    own8 = owned.view(np.uint8)
-    fill = cv2.mean(crop, mask=own8)[:3] if own8.any() else (128, 128, 128)
-    canvas = np.empty((height, width, 3), np.uint8)
-    canvas[:] = np.round(fill).astype(np.uint8)
+def _plane(frame: av.VideoFrame, i: int, width: int, height: int, channels: int = 1) -> np.ndarray:
+    """Plane ``i`` of ``frame`` as a writable [height, width(, channels)] view (its padding left out)."""
+    p = frame.planes[i]
+    rows = np.frombuffer(p, np.uint8).reshape(-1, p.line_size)[:height, :width * channels]
+    return rows if channels == 1 else rows.reshape(height, width, channels)
+
+
+def _to_frame(crop: np.ndarray, owned: np.ndarray, width: int, height: int, codec: Codec) -> av.VideoFrame:
+    """[h, w, 3|4] BGR(A) crop + [h, w] owned mask (bool or uint8, nonzero: owned; a BGRA crop's alpha is
+    not read) -> the encoder's frame: the crop centred on a [height, width] canvas, unowned pixels set to
+    the owned mean. Written straight into the frame's planes. For 4:4:4 YUV, OpenCV's full-range YCrCb
+    (20x faster than swscale on small frames); :func:`_from_frame` inverts it the same way."""
+    own8 = owned.view(np.uint8) if owned.dtype == bool else owned
+    fill = np.round(cv2.mean(crop, mask=own8)[:3]) if cv2.countNonZero(own8) else (128, 128, 128)
+    fill = np.array([[fill]], np.uint8)  # [1, 1, 3] BGR
     x, y = _offset(width, height, owned.shape)
-    region = canvas[y:y + crop.shape[0], x:x + crop.shape[1]]
-    cv2.copyTo(crop, own8, region)
-    return canvas
-
-
-def _to_frame(canvas: np.ndarray, codec: Codec) -> av.VideoFrame:
-    """BGR canvas -> what the encoder takes. For 4:4:4 YUV, OpenCV's full-range YCrCb (20x faster
-    than swscale on small frames); :func:`_from_frame` inverts it the same way."""
+    h, w = owned.shape
+    frame = av.VideoFrame(width, height, codec.pix_fmt)
     if codec.pix_fmt == "bgr24":
-        return av.VideoFrame.from_ndarray(canvas, format="bgr24")
-    y, cr, cb = cv2.split(cv2.cvtColor(canvas, cv2.COLOR_BGR2YCrCb))
-    return av.VideoFrame.from_ndarray(np.stack((y, cb, cr)), format="yuv444p")  # planes [3, H, W]
+        canvas = _plane(frame, 0, width, height, 3)
+        canvas[:] = fill
+        cv2.copyTo(crop if crop.shape[2] == 3 else cv2.cvtColor(crop, cv2.COLOR_BGRA2BGR), own8,
+                   canvas[y:y + h, x:x + w])
+        return frame
+    ycc = cv2.split(cv2.cvtColor(crop, cv2.COLOR_BGR2YCrCb))  # Y, Cr, Cb (a 4th channel is ignored)
+    fill_ycc = cv2.cvtColor(fill, cv2.COLOR_BGR2YCrCb)[0, 0]
+    for i, ch in enumerate((0, 2, 1)):  # yuv444p planes: Y, Cb, Cr
+        plane = _plane(frame, i, width, height)
+        plane[:] = fill_ycc[ch]
+        cv2.copyTo(ycc[ch], own8, plane[y:y + h, x:x + w])
+    return frame
 
 
-def _from_frame(frame: av.VideoFrame, codec: Codec) -> np.ndarray:
-    if codec.pix_fmt == "bgr24":
-        return frame.to_ndarray(format="bgr24")
-    y, cb, cr = frame.to_ndarray(format="yuv444p")  # planes [3, H, W]
-    return cv2.cvtColor(cv2.merge((y, cr, cb)), cv2.COLOR_YCrCb2BGR)
+def _from_frame(frame: av.VideoFrame, codec: Codec, shape: tuple[int, int]) -> np.ndarray:
+    """The crop of ``shape`` (h, w) centred in a decoded frame, as BGR [h, w, 3]. Only that box is
+    converted, read straight from the frame's planes (the decoder gives yuv444p, or gbrp for libx264rgb)."""
+    width, height = frame.width, frame.height
+    x, y = _offset(width, height, shape)
+    box = (slice(y, y + shape[0]), slice(x, x + shape[1]))
+    name = frame.format.name
+    if name == "gbrp" and codec.pix_fmt == "bgr24":
+        g, b, r = (_plane(frame, i, width, height)[box] for i in range(3))
+        return cv2.merge((b, g, r))
+    if name == "yuv444p" and codec.pix_fmt == "yuv444p":
+        y_, cb, cr = (_plane(frame, i, width, height)[box] for i in range(3))
+        return cv2.cvtColor(cv2.merge((y_, cr, cb)), cv2.COLOR_YCrCb2BGR)
+    if codec.pix_fmt == "bgr24":  # any other decoder output: the general (slower) path
+        return frame.to_ndarray(format="bgr24")[box]
+    y_, cb, cr = frame.to_ndarray(format="yuv444p")  # planes [3, H, W]
+    return cv2.cvtColor(cv2.merge((y_[box], cr[box], cb[box])), cv2.COLOR_YCrCb2BGR)
 
 
 def encode(crops: list[np.ndarray], owned: list[np.ndarray], codec: Codec) -> EncodedCrops:
-    """BGR crops [h_i, w_i, 3] uint8 and their owned masks [h_i, w_i] -> one H.264 stream."""
+    """BGR(A) crops [h_i, w_i, 3|4] uint8 and their owned masks [h_i, w_i] -> one H.264 stream."""
     width, height = canvas_size([c.shape[:2] for c in crops])
     ctx = av.CodecContext.create(codec.encoder, "w")
     ctx.width, ctx.height, ctx.pix_fmt = width, height, codec.pix_fmt
@@ -128,7 +161,7 @@ def encode(crops: list[np.ndarray], owned: list[np.ndarray], codec: Codec) -> En
     ctx.options = {**codec.options, "threads": "1"}
     packets: list[bytes] = []
     for i, (crop, own) in enumerate(zip(crops, owned)):
-        frame = _to_frame(_on_canvas(crop, own, width, height), codec)
+        frame = _to_frame(crop, own, width, height, codec)
         frame.pts = i
         packets.extend(bytes(p) for p in ctx.encode(frame))
     packets.extend(bytes(p) for p in ctx.encode(None))
@@ -140,22 +173,20 @@ def decode(enc: EncodedCrops, shapes: list[tuple[int, int]]) -> list[np.ndarray]
     codec = CODECS.get(enc.codec)
     if codec is None:
         raise StreamdeidError(f"unknown crop codec {enc.codec} (written by a newer streamdeid?)")
-    frames: list[np.ndarray] = []
+    frames: list[av.VideoFrame] = []
     try:
         ctx = av.CodecContext.create(codec.decoder, "r")
         ctx.options = {"threads": "1"}
         for data in enc.packets:
-            frames.extend(_from_frame(f, codec) for f in ctx.decode(av.Packet(data)))
-        frames.extend(_from_frame(f, codec) for f in ctx.decode(None))
+            frames.extend(ctx.decode(av.Packet(data)))
+        frames.extend(ctx.decode(None))
     except av.FFmpegError as e:
         raise StreamdeidError(f"a crop video in the vault does not decode: {e}") from None
-    if len(frames) != len(shapes) or any(f.shape[:2] != (enc.height, enc.width) for f in frames):
+    if len(frames) != len(shapes) or any((f.height, f.width) != (enc.height, enc.width) for f in frames):
         raise StreamdeidError("a crop video in the vault does not match its frame list")
-    out = []
-    for frame, shape in zip(frames, shapes):
-        x, y = _offset(enc.width, enc.height, shape)
-        out.append(frame[y:y + shape[0], x:x + shape[1]])
-    return out
+    if any(h > enc.height or w > enc.width for h, w in shapes):
+        raise StreamdeidError("a crop in the vault is larger than its crop video")
+    return [_from_frame(frame, codec, shape) for frame, shape in zip(frames, shapes)]
 
 
 # ---------------------------------------------------------------------- side data
@@ -197,7 +228,7 @@ def unpack_masks(runs: np.ndarray, shapes: list[tuple[int, int]]) -> tuple[list[
 
 
 def compress(data: bytes) -> bytes:
-    return lzma.compress(data, format=lzma.FORMAT_RAW, filters=_LZMA_FILTERS)
+    return lzma.compress(data, format=lzma.FORMAT_RAW, filters=_LZMA_ENCODE)
 
 
 def decompress(data: bytes) -> bytes:

@@ -8,6 +8,7 @@ import os
 import logging
 import queue
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -24,6 +25,7 @@ log = logging.getLogger(__name__)
 # A group is flushed early once its crops hold this many raw bytes, so one
 # encoded chunk stays far below format.MAX_RECORD even for 4K faces.
 MAX_PENDING_BYTES = 32 << 20
+PACK_THREADS = 2
 
 
 def _checked_inverse(inverse_matrix) -> np.ndarray:
@@ -62,6 +64,14 @@ def _checked_crop(crop_bgr) -> np.ndarray:
     if max(crop.shape[:2]) >= 2**15:
         raise ValueError(f"crop_bgr is too large: {crop.shape}")
     return crop.copy()
+
+
+def _checked_owned(owned, crop: np.ndarray) -> np.ndarray:
+    """A private [H, W] bool copy of ``owned``, which must match a BGR crop."""
+    owned = np.array(owned, dtype=bool)
+    if crop.shape[2] != 3 or owned.shape != crop.shape[:2]:
+        raise ValueError(f"owned must be [H, W] for a BGR crop_bgr [H, W, 3], got {owned.shape} for {crop.shape}")
+    return owned
 
 
 class VaultWriter:
@@ -142,6 +152,9 @@ class VaultWriter:
         self._queue: queue.Queue = queue.Queue(maxsize=2)
         self._error: BaseException | None = None
         self._failed = False  # a write failed: no end records will be written
+        # A group's chunks are packed (x264, LZMA: both release the GIL) by two threads; above all this
+        # halves the last group, which the pipeline waits for at close.
+        self._packers = ThreadPoolExecutor(max_workers=PACK_THREADS, thread_name_prefix="vault-pack")
         self._worker = threading.Thread(target=self._drain, name="vault-writer", daemon=True)
         self._worker.start()
 
@@ -201,6 +214,7 @@ class VaultWriter:
         crop_size,
         crop_bgr: np.ndarray | None = None,
         mask_params: fmt.MaskParams | None = None,
+        owned: np.ndarray | None = None,
     ) -> int:
         """Buffer one face of one frame for the open group.
 
@@ -211,6 +225,8 @@ class VaultWriter:
         exactly, the pixels by the vault's crop codec); ignored when the vault
         was opened with store_crops=False.
         ``mask_params``: where the face was pasted and how it was made (recovery reads them back).
+        ``owned``: with a BGR ``crop_bgr``, [H, W] bool: which pixels to restore, as a BGRA
+        alpha would say (stored the same way; no BGRA needs building on the caller's thread).
         Returns the number of faces buffered in the open group.
         """
         # Everything is checked here, in the caller's thread: a bad value found by the writer thread
@@ -226,8 +242,9 @@ class VaultWriter:
             raise TypeError(f"mask_params must be a MaskParams or None, got {type(mask_params).__name__}")
         pts = _checked_pts(pts)
         crop = _checked_crop(crop_bgr) if self.store_crops and crop_bgr is not None else None
+        owned = _checked_owned(owned, crop) if crop is not None and owned is not None else None
         self.advance(fi)
-        self._pending.setdefault(tid, []).append(chunk.ChunkFace(fi, pts, inv.copy(), cs, mask_params, crop))
+        self._pending.setdefault(tid, []).append(chunk.ChunkFace(fi, pts, inv.copy(), cs, mask_params, crop, owned))
         self._pending_bytes += 0 if crop is None else crop.nbytes
         self._pending_faces += 1
         return self._pending_faces
@@ -273,16 +290,17 @@ class VaultWriter:
 
     def _write_chunks(self, group: int, pending: dict[int, list[chunk.ChunkFace]]) -> None:
         """One CHUNK record per track of a group, then fsync."""
-        for tid in sorted(pending):
-            # frame order within the chunk (the reader checks it): a caller may go back inside the open group
-            faces = sorted(pending[tid], key=lambda f: f.frame_index)
+        tids = sorted(pending)
+        # frame order within the chunk (the reader checks it): a caller may go back inside the open group
+        ordered = [sorted(pending[tid], key=lambda f: f.frame_index) for tid in tids]
+        payloads = self._packers.map(lambda faces: chunk.pack(faces, self.codec), ordered)
+        for tid, faces, payload in zip(tids, ordered, payloads):
             state = self._tracks.get(tid)
             if state is None:
                 tk = derive.track_key(self._master, self.video_id, tid)
                 state = self._tracks[tid] = [AESGCM(derive.vault_key(tk)), 0]
                 self._write_record(fmt.TRACK, tid, faces[0].frame_index, state[0], b"",
                                    clear=derive.track_key_check(tk))
-            payload = chunk.pack(faces, self.codec)
             last = faces[-1].frame_index
             clear = fmt.CHUNK_CLEAR.pack(last, len(faces), group)
             self._write_record(fmt.CHUNK, tid, faces[0].frame_index, state[0], payload, clear=clear)
@@ -303,6 +321,7 @@ class VaultWriter:
             if self._worker.is_alive():
                 self._queue.put(None)
                 self._worker.join()
+            self._packers.shutdown()
         self._raise_worker_error()
 
     def flush(self) -> None:
