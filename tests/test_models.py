@@ -284,3 +284,20 @@ def test_g_runs_at_128px():
     with torch.no_grad():
         y = m(x, p)
     assert y.shape == (1, 3, 128, 128) and torch.isfinite(y).all()
+
+
+def test_torch_backend_from_a_file_or_a_model_runs_the_same(model, cfg, tmp_path):
+    """The torch backend's two seams (a checkpoint file, an in-memory model) give the same faces;
+    "auto" picks the CPU here (no GPU), and it takes exactly one of the two."""
+    from streamdeid.backends.torch import TorchBackend
+
+    path = tmp_path / "g.safetensors"
+    save_checkpoint(path, model)
+    from_file, in_memory = TorchBackend(path), TorchBackend(model=model)
+    assert from_file.device.type == "cpu" and in_memory.device.type == "cpu"
+    x, p = (t.numpy() for t in _inputs(cfg, b=2, seed=3))
+    assert abs(from_file.run(x, p) - in_memory.run(x, p)).max() < 1e-5
+    with pytest.raises(ValueError, match="exactly one"):
+        TorchBackend(path, model=model)
+    with pytest.raises(ValueError, match="exactly one"):
+        TorchBackend()
