@@ -357,10 +357,7 @@ class Trainer:
             self.D.train()
         records, window, t_last_ckpt, done = [], [], time.time(), 0
         timed_out = False
-        while self.step < total and (stop_after is None or done < stop_after):
-            if deadline is not None and time.time() >= deadline:
-                timed_out = True
-                break
+        while self.step < total and (stop_after is None or done < stop_after) and not timed_out:
             t0 = time.time()
             step = self.step
             torch.manual_seed(step_seed(cfg.seed, step, self.dist.rank))
@@ -384,13 +381,13 @@ class Trainer:
                 window = []
             if self.dist.main and cfg.sample_every and self.step % cfg.sample_every == 0:
                 self.write_samples()
+            timed_out = deadline is not None and time.time() >= deadline
             due = (self.step % cfg.ckpt_every == 0 or time.time() - t_last_ckpt > 60 * cfg.ckpt_minutes
-                   or self.step == total)
+                   or self.step == total or timed_out)
             if self.dist.main and due:
                 self.save()
                 t_last_ckpt = time.time()
-        if self.dist.main and timed_out and records:
-            self.save()
+        if self.dist.main and timed_out:
             self._log_line({"event": "time budget", "step": self.step, "minutes": minutes, "time": time.time()})
         if self.dist.main and (self.step == total or timed_out) and records:
             self.write_samples()
