@@ -3,8 +3,8 @@ and how an output names its vault (``vault_path_for``, the video id tag). The va
 streamdeid/vault/; recovery (putting faces back) is recovery.py.
 
 At run time ``VaultRecorder`` stores, per anonymized face, the frame rectangle the paste touched, the
-original pixels there, and which of them this face *owns* (the alpha channel of a BGRA crop, stored
-exactly; pixels outside the face's own mask never reach the vault's crop codec, which fills them with the
+original pixels there, and which of them this face *owns* (a mask beside the crop, stored exactly;
+pixels outside the face's own mask never reach the vault's crop codec, which fills them with the
 mean of the owned ones, so a track key never reveals a neighbour's face).
 """
 
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
-
 
 from .anonymize import Anonymizer, reversible_method
 from .config import OutputConfig, PipelineConfig

@@ -86,7 +86,6 @@ class _Track:
         self.lost_age = 0
         self._observe(box, score, landmarks, config)
 
-
     def box(self) -> np.ndarray:
         return xyah_to_xyxy(self.mean)
 

@@ -35,9 +35,9 @@ def _has_mask(face: ChunkFace) -> bool:
 
 
 def _owned(face: ChunkFace) -> np.ndarray:
-    crop = face.crop
     if face.owned is not None:
         return face.owned
+    crop = face.crop
     return crop[..., 3] > 0 if crop.shape[2] == 4 else np.ones(crop.shape[:2], bool)
 
 

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import hashlib
-import os
-
 import logging
+import os
 import queue
 import threading
 from concurrent.futures import ThreadPoolExecutor
