@@ -194,6 +194,7 @@ def _observers(config: PipelineConfig, summary: RunSummary | None = None):
 
 def _anonymize_image(src: Path, out: Path, config: PipelineConfig, keys: RunKeys) -> RunResult:
     from .detect.finder import FaceFinder
+    from .detect.still import StillFinder
 
     if out.exists() and not config.output.overwrite:
         raise StreamdeidError(f"{out} exists; pass --overwrite to replace it")
@@ -202,7 +203,7 @@ def _anonymize_image(src: Path, out: Path, config: PipelineConfig, keys: RunKeys
         raise StreamdeidError(f"{src}: not a readable image")
     t0 = time.perf_counter()
     finder = FaceFinder(config.detect)
-    dets = finder.find(image, scan=True)  # a still has no second frame: every pass, weak faces too
+    dets = StillFinder(finder).find(image)  # a still has no second frame: every pass, weak faces too
     faces = [_still_face(i, dets) for i in range(len(dets))]
     renderer = renderer_for(config, keys)
     result = FrameResult(Frame(0, image, None, None), faces)

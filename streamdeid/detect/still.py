@@ -1,0 +1,176 @@
+"""The passes a still image gets: a photo has no second frame, so it leans to recall.
+
+A video carries a face the detector missed on one frame through the tracker and
+the next detector run; a still gets one look. ``StillFinder`` spends that look on
+the faces one YuNet pass scores low: it runs the pipeline's own passes (fast and
+small-face scan, see finder.py) and four more at the scan's size, each aimed at
+one way the synthetic crowds of ``benchmarks/recall.py`` hide faces:
+
+* a larger scan (x1.5, capped at MAX_SCAN_SIDE): the smallest faces;
+* CLAHE on the luma: a dark face on a bright background, which the frame-wide
+  gamma of finder.brighten leaves dark because the frame's mean is bright;
+* the mirror image: YuNet is not symmetric, and scores some faces only one way round;
+* an unsharp mask: defocused and motion-blurred faces.
+
+Detections at the run's threshold from any pass are kept; weaker ones (down to
+WEAK_FRACTION of it) only where two passes agree, which keeps most of the recall
+of a lower threshold with fewer of its false positives. Measured in README
+("Recall, stills").
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import cv2
+import numpy as np
+
+from streamdeid.detect.base import Detector, nms
+from streamdeid.detect.finder import MAX_SCAN_SIDE, FaceFinder, brighten, merge
+from streamdeid.types import Detections
+
+# Weak detections (score >= WEAK_FRACTION * threshold) are kept where WEAK_VOTES passes agree.
+WEAK_FRACTION = 0.5
+WEAK_VOTES = 2
+# Two passes' boxes are the same face from this IoU (as the finder's NMS threshold).
+AGREE_IOU = 0.3
+EXTRA_SCALE = 1.5
+# A weak box one pass alone found is looked at again, zoomed: the crop around it (ZOOM_CONTEXT times its
+# size) scaled so the face is ZOOM_FACE_PX tall, YuNet's comfortable size. Measured on nine synthetic crowds:
+# of the 1,102 weak candidates no two passes agreed on, the zoomed look scored 43 on faces >= 0.3 and none
+# on background.
+ZOOM_CONTEXT = 3.0
+ZOOM_FACE_PX = 96
+# YuNet's landmarks: right eye, left eye, nose tip, right and left mouth corner (the subject's).
+# A mirrored image swaps the subject's sides.
+MIRROR_LANDMARKS = [1, 0, 2, 4, 3]
+
+
+def mirrored(dets: Detections, width: int) -> Detections:
+    """Detections found on ``image[:, ::-1]`` in the original image's coordinates."""
+    if not len(dets):
+        return dets
+    boxes = dets.boxes.copy()
+    boxes[:, [0, 2]] = width - dets.boxes[:, [2, 0]]
+    landmarks = dets.landmarks[:, MIRROR_LANDMARKS].copy()
+    landmarks[..., 0] = width - landmarks[..., 0]
+    return Detections(boxes, dets.scores.copy(), landmarks)
+
+
+def local_contrast(image: np.ndarray) -> np.ndarray:
+    """CLAHE on the L channel of ``image`` (BGR): lifts dark faces on bright backgrounds."""
+    lab = cv2.cvtColor(image, cv2.COLOR_BGR2LAB)
+    clahe = cv2.createCLAHE(clipLimit=3.0, tileGridSize=(16, 16))
+    lab[..., 0] = clahe.apply(lab[..., 0])
+    return cv2.cvtColor(lab, cv2.COLOR_LAB2BGR)
+
+
+def sharpened(image: np.ndarray) -> np.ndarray:
+    """Unsharp mask (sigma 2 px, amount 1): gives soft faces back some edges."""
+    return cv2.addWeighted(image, 2.0, cv2.GaussianBlur(image, (0, 0), 2.0), -1.0, 0)
+
+
+def _iou(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:
+    """IoU of one box [4] with each of ``boxes`` [N, 4]."""
+    w = np.clip(np.minimum(box[2], boxes[:, 2]) - np.maximum(box[0], boxes[:, 0]), 0, None)
+    h = np.clip(np.minimum(box[3], boxes[:, 3]) - np.maximum(box[1], boxes[:, 1]), 0, None)
+    inter = w * h
+    area = (box[2] - box[0]) * (box[3] - box[1])
+    areas = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
+    return inter / np.maximum(area + areas - inter, 1e-9)
+
+
+def fuse(passes: list[Detections], threshold: float, weak: float) -> tuple[Detections, Detections]:
+    """NMS over every pass's boxes: (kept, undecided). A box under ``threshold`` is kept with WEAK_VOTES
+    passes behind it; a weak box one pass alone found is undecided (``StillFinder`` zooms in on it)."""
+    parts = [(i, p) for i, p in enumerate(passes) if len(p)]
+    if not parts:
+        return Detections.empty(), Detections.empty()
+    boxes = np.concatenate([p.boxes for _, p in parts])
+    scores = np.concatenate([p.scores for _, p in parts])
+    landmarks = np.concatenate([p.landmarks for _, p in parts])
+    source = np.concatenate([np.full(len(p), i) for i, p in parts])
+    kept, undecided = [], []
+    for k in nms(boxes, scores, AGREE_IOU):
+        agree = (_iou(boxes[k], boxes) >= AGREE_IOU) & (scores >= weak)
+        if scores[k] >= threshold or len(np.unique(source[agree])) >= WEAK_VOTES:
+            kept.append(k)
+        elif scores[k] >= weak:
+            undecided.append(k)
+
+    def pick(idx: list[int]) -> Detections:
+        i = np.asarray(idx, dtype=np.int64)
+        return Detections(boxes[i], scores[i], landmarks[i])
+
+    return pick(kept), pick(undecided)
+
+
+def zoom_window(box: np.ndarray, width: int, height: int) -> tuple[int, int, int, int, float]:
+    """(x0, y0, x1, y1, scale): ZOOM_CONTEXT face heights around ``box``, scaled so the face is ZOOM_FACE_PX."""
+    size = max(box[2] - box[0], box[3] - box[1], 1.0)
+    cx, cy, half = (box[0] + box[2]) / 2, (box[1] + box[3]) / 2, size * ZOOM_CONTEXT / 2
+    x0, y0 = int(max(0, cx - half)), int(max(0, cy - half))
+    x1, y1 = int(min(width, cx + half)), int(min(height, cy + half))
+    return x0, y0, x1, y1, ZOOM_FACE_PX / size
+
+
+class StillFinder:
+    """Every pass over one still image; built around the run's ``FaceFinder`` (same config)."""
+
+    def __init__(self, finder: FaceFinder) -> None:
+        self.finder = finder
+        cfg = finder.cfg
+        self.threshold = float(cfg.score_threshold)
+        self.weak = self.threshold * WEAK_FRACTION
+        self._create = finder._create
+        self._detectors: dict[int, Detector] = {}
+        self._zoom: Detector | None = None  # native size, the run's threshold
+
+    def _detector(self, side: int) -> Detector:
+        """A weak-threshold detector whose input's longest side is ``side``."""
+        if side not in self._detectors:
+            cfg = self.finder.cfg
+            self._detectors[side] = self._create(replace(cfg, input_size=side, score_threshold=self.weak))
+        return self._detectors[side]
+
+    def find(self, image: np.ndarray) -> Detections:
+        """Faces in one BGR still, from every pass, fused (see the module docstring)."""
+        h, w = image.shape[:2]
+        if not h or not w:
+            return Detections.empty()
+        bright = brighten(image)
+        fast_side = self.finder._fast_side(w, h)
+        side = self.finder.scan_side(w, h) or fast_side
+        larger = min(round(side * EXTRA_SCALE), MAX_SCAN_SIDE)
+        scan = self._detector(side)
+        passes = [self._detector(fast_side).detect(bright)]
+        upscaled = [scan.detect(bright), scan.detect(local_contrast(bright)),
+                    mirrored(scan.detect(np.ascontiguousarray(bright[:, ::-1])), w), scan.detect(sharpened(bright))]
+        if larger > side * 1.1:
+            upscaled.append(self._detector(larger).detect(bright))
+        if side != fast_side:
+            # As in FaceFinder.find: an upscaled pass's large boxes are upscaling artefacts or duplicates.
+            cap = 2 * self.finder.fast_floor(w, h)
+            upscaled = [p[(p.boxes[:, 3] - p.boxes[:, 1]) < cap] if len(p) else p for p in upscaled]
+        kept, undecided = fuse(passes + upscaled, self.threshold, self.weak)
+        return merge([kept, self.zoomed(bright, undecided)], AGREE_IOU)
+
+    def zoomed(self, image: np.ndarray, candidates: Detections) -> Detections:
+        """The candidates a closer look confirms (score >= the run's threshold), with the closer look's box."""
+        if self._zoom is None:
+            self._zoom = self._create(replace(self.finder.cfg, input_size=0))
+        h, w = image.shape[:2]
+        found = []
+        for box in candidates.boxes:
+            x0, y0, x1, y1, scale = zoom_window(box, w, h)
+            crop = image[y0:y1, x0:x1]
+            size = (max(1, round(crop.shape[1] * scale)), max(1, round(crop.shape[0] * scale)))
+            dets = self._zoom.detect(cv2.resize(crop, size, interpolation=cv2.INTER_CUBIC))
+            if not len(dets):
+                continue
+            dets = Detections(dets.boxes / scale + (x0, y0, x0, y0), dets.scores, dets.landmarks / scale + (x0, y0))
+            same = _iou(box, dets.boxes) > AGREE_IOU
+            if same.any():
+                best = int(np.argmax(np.where(same, dets.scores, -1.0)))
+                found.append(dets[best:best + 1])
+        return merge(found, AGREE_IOU)

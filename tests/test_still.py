@@ -1,0 +1,96 @@
+"""The passes a still image gets (streamdeid.detect.still): mirror, fusion by votes, recall gained."""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+import pytest
+
+from streamdeid.config import DetectConfig
+from streamdeid.detect import create_detector
+from streamdeid.detect.finder import FaceFinder
+from streamdeid.detect.still import StillFinder, fuse, mirrored
+from streamdeid.eval.recognizers import box_iou
+from streamdeid.types import Detections
+
+from conftest import UTK, load_image
+
+
+def test_a_face_found_in_the_mirror_lands_on_the_face_with_its_own_eyes():
+    """Mirrored boxes come back to the original's coordinates, and the subject's right eye stays index 0
+    (alignment would otherwise flip the face)."""
+    image = load_image("obama.jpg")
+    detector = create_detector(DetectConfig(input_size=640))
+    direct = detector.detect(image)
+    back = mirrored(detector.detect(np.ascontiguousarray(image[:, ::-1])), image.shape[1])
+    assert len(direct) == len(back) == 1
+    assert box_iou(direct.boxes[0], back.boxes[0]) > 0.85
+    eyes = direct.landmarks[0, :2]
+    assert np.abs(back.landmarks[0, :2] - eyes).max() < 0.08 * (direct.boxes[0, 2] - direct.boxes[0, 0])
+    assert back.landmarks[0, 0, 0] < back.landmarks[0, 1, 0]  # the subject's right eye is on screen left
+
+
+def _dets(boxes, scores) -> Detections:
+    boxes = np.asarray(boxes, np.float64)
+    return Detections(boxes, np.asarray(scores, np.float64), np.zeros((len(boxes), 5, 2)))
+
+
+def test_a_weak_box_needs_a_second_pass_behind_it():
+    strong = _dets([[0, 0, 20, 20]], [0.9])
+    weak_alone = _dets([[100, 100, 120, 120]], [0.2])
+    weak_again = _dets([[101, 101, 121, 121]], [0.18])
+    too_weak = _dets([[100, 100, 121, 121]], [0.1])
+    kept, undecided = fuse([strong, weak_alone], threshold=0.3, weak=0.15)
+    assert kept.boxes.tolist() == [[0, 0, 20, 20]]
+    assert undecided.boxes.tolist() == [[100, 100, 120, 120]]  # left to the zoomed look
+    kept, undecided = fuse([strong, weak_alone, too_weak], threshold=0.3, weak=0.15)
+    assert len(kept) == 1 and len(undecided) == 1  # under the weak floor a pass does not vote
+    kept, undecided = fuse([strong, weak_alone, weak_again], threshold=0.3, weak=0.15)
+    assert len(kept) == 2 and np.allclose(kept.scores, [0.9, 0.2]) and not len(undecided)  # one box a face
+    kept, undecided = fuse([too_weak], threshold=0.3, weak=0.15)
+    assert not len(kept) and not len(undecided)
+    assert all(not len(d) for d in fuse([Detections.empty(), Detections.empty()], threshold=0.3, weak=0.15))
+
+
+def test_a_closer_look_confirms_a_small_face_and_not_the_background():
+    """A face shrunk to 14 px, handed to the zoomed look as a weak candidate, comes back with a box on it;
+    a candidate on a plain wall does not."""
+    face = load_image("obama.jpg")
+    detector = create_detector(DetectConfig(input_size=0))
+    box = detector.detect(face).boxes[0]
+    scale = 14 / (box[3] - box[1])
+    small = cv2.resize(face, None, fx=scale, fy=scale, interpolation=cv2.INTER_AREA)
+    canvas = np.full((240, 320, 3), 120, np.uint8)
+    h, w = small.shape[:2]
+    canvas[40:40 + h, 40:40 + w] = small
+    face_box = box * scale + 40
+    wall_box = np.array([250, 180, 264, 194], np.float64)
+    finder = StillFinder(FaceFinder(DetectConfig()))
+    out = finder.zoomed(canvas, _dets([face_box, wall_box], [0.2, 0.2]))
+    assert len(out) == 1
+    assert box_iou(out.boxes[0], face_box) > 0.5
+
+
+def test_a_still_gets_more_of_a_dark_blurred_crowd_than_one_video_frame(media):
+    if not UTK.is_dir():
+        pytest.skip(f"face dataset not found at {UTK}")
+    from streamdeid.eval.crowd import crowd_pool, default_background, make_crowd
+
+    crowd = make_crowd(crowd_pool(UTK, limit=150), default_background(media), count=150, seed=7)
+    finder = FaceFinder(DetectConfig())
+
+    def found(dets: Detections) -> np.ndarray:
+        """[N] each pasted face has a detection over its centre."""
+        cx, cy = crowd.boxes[:, [0, 2]].mean(1), crowd.boxes[:, [1, 3]].mean(1)
+        b = dets.boxes
+        inside = ((b[None, :, 0] <= cx[:, None]) & (cx[:, None] <= b[None, :, 2])
+                  & (b[None, :, 1] <= cy[:, None]) & (cy[:, None] <= b[None, :, 3]))
+        return inside.any(1)
+
+    video = found(finder.find(crowd.image, scan=True))
+    still = found(StillFinder(finder).find(crowd.image))
+    sixteen = crowd.heights >= 16
+    print(f"faces >= 16 px found: video passes {video[sixteen].sum()}, still passes {still[sixteen].sum()} "
+          f"of {sixteen.sum()}; all sizes {video.sum()} -> {still.sum()} of {len(crowd)}")
+    assert still[sixteen].sum() > video[sixteen].sum()
+    assert still.sum() >= video.sum() + 5
