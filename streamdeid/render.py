@@ -91,6 +91,8 @@ class FrameRenderer:
         self.align_cfg = align
         self.key_for_track = key_for_track or (lambda _tid: None)
         self._fallback = SolidAnonymizer(anonymize)
+        # Methods whose crops are one colour (the fallback, and solid when it is the anonymizer).
+        self._uniform = {FALLBACK} | ({anonymizer.name} if isinstance(anonymizer, SolidAnonymizer) else set())
         self._blend = blend
         self._masks: dict[int, tuple] = {}  # crop side -> ([S, S] soft mask in [0, 1], its support)
         # Classic anonymizers work relative to the crop (blur sigma and mosaic cells in crop units),
@@ -244,9 +246,10 @@ class FrameRenderer:
     def _paste_all(self, image, faces, aligned, new_crops, methods) -> list[PastedFace]:
         h, w = image.shape[:2]
         warped = []
-        for a, crop in zip(aligned, new_crops):
+        for a, crop, method in zip(aligned, new_crops, methods):
             mask, support = self._mask_for(len(crop))
-            warped.append(warp_to_frame(crop, a.inverse, mask, w, h, support))
+            fill = crop[0, 0] if method in self._uniform else None  # solid fill: nothing to warp
+            warped.append(warp_to_frame(crop, a.inverse, mask, w, h, support, fill))
         owned = _ownership(warped)
         # Copy every ROI before the first paste: overlapping faces would otherwise
         # record each other's anonymized pixels as "original".

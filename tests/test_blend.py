@@ -174,3 +174,26 @@ def test_small_faces_get_small_crops_and_the_same_cover(method):
     # the same region is covered at either crop size (edges differ by resampling only)
     assert (small & full).sum() / (small | full).sum() > 0.9
     assert _render_one(method, 90)[0] == AlignConfig.crop_size  # large faces keep the full crop
+
+
+@pytest.mark.parametrize("centre", [(60, 50), (3, 97), (118, 2)])
+def test_a_one_colour_crop_is_filled_not_warped_with_the_same_result(centre):
+    """warp_to_frame(fill=) (solid fill) gives the pixels and mask a warp of the same one-colour crop gives,
+    rotated and cut by the frame's border too; the cover rectangle is where the mask lands."""
+    from streamdeid.blend.paste import paste_roi, warp_to_frame
+
+    crop = np.empty((64, 64, 3), np.uint8)
+    crop[...] = (40, 90, 200)
+    mask = face_mask(64, BlendConfig(), None, align_margin=AlignConfig().margin)
+    inverse = cv2.getRotationMatrix2D((32, 32), 23, 0.7)
+    inverse[:, 2] += np.subtract(centre, (32, 32))
+    warped = warp_to_frame(crop, inverse, mask, 120, 100)
+    filled = warp_to_frame(crop, inverse, mask, 120, 100, fill=crop[0, 0])
+    assert warped is not None and filled is not None
+    assert filled.roi == warped.roi
+    assert np.array_equal(filled.pixels, warped.pixels) and np.array_equal(filled.alpha, warped.alpha)
+    x, y, w, h = warped.roi
+    assert warped.alpha.max() > 0.99  # the face's centre is in the frame in every case
+    assert 0 <= x and 0 <= y and x + w <= 120 and y + h <= 100
+    assert paste_roi(inverse, (0, 0, 64, 64), 120, 100) is not None
+    assert paste_roi(np.array([[1, 0, 500.0], [0, 1, 500.0]]), (0, 0, 64, 64), 120, 100) is None  # off frame

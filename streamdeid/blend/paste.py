@@ -7,6 +7,7 @@ by the face size, not the frame size.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import cv2
@@ -26,13 +27,17 @@ def paste_roi(inverse: np.ndarray, support: tuple[int, int, int, int], frame_w: 
               ) -> tuple[int, int, int, int] | None:
     """Frame rectangle ``x, y, w, h`` that ``support`` (crop pixels) maps onto, clipped to the frame."""
     x, y, w, h = support
-    # Pixel centres x..x+w-1 plus half a pixel of bilinear reach, and one pixel of slack.
-    corners = np.array([[x - 1, y - 1], [x + w, y - 1], [x - 1, y + h], [x + w, y + h]], dtype=np.float64)
-    inv = np.asarray(inverse, dtype=np.float64).reshape(2, 3)
-    pts = corners @ inv[:, :2].T + inv[:, 2]
-    x0, y0 = np.floor(pts.min(0)).astype(int)
-    x1, y1 = np.ceil(pts.max(0)).astype(int) + 1
-    x0, y0, x1, y1 = max(int(x0), 0), max(int(y0), 0), min(int(x1), frame_w), min(int(y1), frame_h)
+    # Pixel centres x..x+w-1 plus half a pixel of bilinear reach, and one pixel of slack. Plain Python
+    # floats: numpy's per-call overhead on four points dominated a crowd's render (two calls a face).
+    (a, b, tx), (c, d, ty) = np.asarray(inverse, dtype=np.float64).reshape(2, 3).tolist()
+    xs, ys = [], []
+    for px, py in ((x - 1, y - 1), (x + w, y - 1), (x - 1, y + h), (x + w, y + h)):
+        xs.append(a * px + b * py + tx)
+        ys.append(c * px + d * py + ty)
+    if not all(math.isfinite(v) for v in xs + ys):
+        return None
+    x0, y0 = max(math.floor(min(xs)), 0), max(math.floor(min(ys)), 0)
+    x1, y1 = min(math.ceil(max(xs)) + 1, frame_w), min(math.ceil(max(ys)) + 1, frame_h)
     if x1 <= x0 or y1 <= y0:
         return None
     return x0, y0, x1 - x0, y1 - y0
@@ -63,10 +68,12 @@ class WarpedFace:
 
 
 def warp_to_frame(new_crop: np.ndarray, inverse: np.ndarray, mask: np.ndarray, frame_w: int, frame_h: int,
-                  support: tuple[int, int, int, int] | None = None) -> WarpedFace | None:
+                  support: tuple[int, int, int, int] | None = None, fill: np.ndarray | None = None
+                  ) -> WarpedFace | None:
     """Warp ``new_crop`` ([S, S, 3] uint8) and ``mask`` ([S, S] float in [0, 1]) through
     ``inverse`` ([2, 3], crop -> frame) onto the frame rectangle the mask covers.
     ``support``: ``mask_support(mask)`` when the caller has it (one mask, many faces).
+    ``fill``: the crop's one colour (BGR [3]) when it has one (solid fill), which skips warping it.
     None if the face is entirely outside the frame or the mask is empty."""
     s = new_crop.shape[0]
     if new_crop.shape != (s, s, 3) or mask.shape != (s, s):
@@ -84,8 +91,12 @@ def warp_to_frame(new_crop: np.ndarray, inverse: np.ndarray, mask: np.ndarray, f
     alpha = cv2.warpAffine(np.asarray(mask, dtype=np.float32), m, (w, h), flags=cv2.INTER_LINEAR,
                            borderMode=cv2.BORDER_CONSTANT, borderValue=0.0)
     np.clip(alpha, 0.0, 1.0, out=alpha)
-    pixels = cv2.warpAffine(np.ascontiguousarray(new_crop, dtype=np.uint8), m, (w, h), flags=cv2.INTER_LINEAR,
-                            borderMode=cv2.BORDER_REPLICATE)
+    if fill is not None:  # a one-colour crop warps to that colour: no second warp
+        pixels = np.empty((h, w, 3), np.uint8)
+        pixels[...] = np.tile(np.asarray(fill, np.uint8), w).reshape(w, 3)
+    else:
+        pixels = cv2.warpAffine(np.ascontiguousarray(new_crop, dtype=np.uint8), m, (w, h), flags=cv2.INTER_LINEAR,
+                                borderMode=cv2.BORDER_REPLICATE)
     return WarpedFace(roi, alpha, pixels)
 
 
