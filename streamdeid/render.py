@@ -106,6 +106,9 @@ class FrameRenderer:
 
             guard = LeakGuard(anonymize)
         self.guard = guard
+        # Solid fill with no guard reads no face pixels: its aligned crops are left blank (_align).
+        self._blank_crops = isinstance(anonymizer, SolidAnonymizer) and guard is None
+        self._blanks: dict[int, np.ndarray] = {}
         self.solid_tracks: set[int] = set()  # tracks on solid fill for good (leak or generator error)
         self.fallbacks = 0  # faces covered by solid fill because the anonymizer failed or leaked
         self.paste_seconds = 0.0  # time spent pasting back (warp + blend), for stage timings
@@ -208,7 +211,17 @@ class FrameRenderer:
         inverse = cv2.invertAffineTransform(matrix)
         if support is None or paste_roi(inverse, support, image.shape[1], image.shape[0]) is None:
             return None
+        if self._blank_crops:  # solid fill never reads the face's pixels: no warp (a crowd has hundreds)
+            return AlignedFace(self._blank(size), matrix, inverse)
         return warp_aligned(image, matrix, size, inverse)
+
+    def _blank(self, side: int) -> np.ndarray:
+        """A read-only [S, S, 3] zero crop, one per side."""
+        if side not in self._blanks:
+            blank = np.zeros((side, side, 3), np.uint8)
+            blank.flags.writeable = False
+            self._blanks[side] = blank
+        return self._blanks[side]
 
     def _anonymize(self, crops: np.ndarray, contexts: list[FaceContext]) -> tuple[np.ndarray, str]:
         try:
@@ -312,8 +325,8 @@ def _ownership(warped: list[WarpedFace | None]) -> list[np.ndarray | None]:
         x, y, w, h = wf.roi
         sl = np.s_[y - oy:y - oy + h, x - ox:x - ox + w]
         wins = wf.alpha > best[sl]  # strictly: a tie stays with the earlier face
-        best[sl][wins] = wf.alpha[wins]
-        owner[sl][wins] = i
+        np.copyto(best[sl], wf.alpha, where=wins)  # copyto: a third of boolean indexing's time
+        np.copyto(owner[sl], i, where=wins)
     for i in live:
         x, y, w, h = warped[i].roi
         owned[i] = owner[y - oy:y - oy + h, x - ox:x - ox + w] == i

@@ -93,7 +93,7 @@ def warp_to_frame(new_crop: np.ndarray, inverse: np.ndarray, mask: np.ndarray, f
     np.clip(alpha, 0.0, 1.0, out=alpha)
     if fill is not None:  # a one-colour crop warps to that colour: no second warp
         pixels = np.empty((h, w, 3), np.uint8)
-        pixels[...] = np.tile(np.asarray(fill, np.uint8), w).reshape(w, 3)
+        cv2.rectangle(pixels, (0, 0), (w, h), np.asarray(fill, np.uint8).tolist(), thickness=-1)  # a fill
     else:
         pixels = cv2.warpAffine(np.ascontiguousarray(new_crop, dtype=np.uint8), m, (w, h), flags=cv2.INTER_LINEAR,
                                 borderMode=cv2.BORDER_REPLICATE)
