@@ -144,12 +144,12 @@ class FrameRenderer:
         image = result.frame.image
         # A face whose cover falls wholly outside the picture (held or back-filled where the camera
         # carried it out of view: 18% of the faces of a pan over a crowd) is not rendered.
-        pairs = [(f, a) for f in result.faces if (a := self._align(image, f)) is not None]
-        faces, aligned = [f for f, _ in pairs], [a for _, a in pairs]
+        found = [(f, *a) for f in result.faces if (a := self._align(image, f)) is not None]
+        faces, aligned, rois = [f for f, _, _ in found], [a for _, a, _ in found], [r for _, _, r in found]
         crops = [a.crop for a in aligned]
         contexts = [FaceContext(f.track_id, result.frame.index, self.key_for_track(f.track_id)) for f in faces]
         live = [i for i, f in enumerate(faces) if f.track_id not in self.solid_tracks]
-        return _Job(result, faces, aligned, crops, contexts, live, list(crops), [FALLBACK] * len(faces))
+        return _Job(result, faces, aligned, rois, crops, contexts, live, list(crops), [FALLBACK] * len(faces))
 
     def _finish(self, job: "_Job") -> list[PastedFace]:
         """Solid fill for tracks already on it, the leak guard, then paste back."""
@@ -167,17 +167,19 @@ class FrameRenderer:
         if self.guard is not None:
             due = [i for i in job.live if self.guard.due(faces[i].track_id) and methods[i] != FALLBACK]
             if due:
-                self._guard(job.result, faces, job.aligned, crops, contexts, new_crops, methods, due)
+                self._guard(job, due)
         t0 = time.perf_counter()
-        pasted = self._paste_all(job.result.frame.image, faces, job.aligned, new_crops, methods)
+        pasted = self._paste_all(job.result.frame.image, job)
         self.paste_seconds += time.perf_counter() - t0
         return pasted
 
-    def _guard(self, result, faces, aligned, crops, contexts, new_crops, methods, due) -> None:
+    def _guard(self, job: "_Job", due: list[int]) -> None:
         """Compare the original and rendered faces in ``due``; a leaking track goes solid for good."""
+        result, faces, crops, contexts, new_crops, methods = (job.result, job.faces, job.crops, job.contexts,
+                                                              job.new_crops, job.methods)
         image = result.frame.image
         scratch = image.copy()
-        self._paste_all(scratch, faces, aligned, new_crops, methods)
+        self._paste_all(scratch, job)
         try:
             verdicts = self.guard.find_leaks(image, scratch, [faces[i] for i in due])
             leaked = [(due[v.index], v.describe()) for v in verdicts if v.leaked]
@@ -193,8 +195,9 @@ class FrameRenderer:
             new_crops[i] = self._fallback(crops[i][None], [contexts[i]])[0]
             methods[i] = FALLBACK
 
-    def _align(self, image: np.ndarray, face: TrackedFace) -> AlignedFace | None:
-        """The face's aligned crop, or None when its cover would fall wholly outside the image."""
+    def _align(self, image: np.ndarray, face: TrackedFace) -> tuple[AlignedFace, tuple[int, int, int, int]] | None:
+        """The face's aligned crop and the frame rectangle its cover lands on (x, y, w, h), or None when
+        the cover would fall wholly outside the image."""
         margin = self.align_cfg.margin
         landmarks, box = face.landmarks, face.box
         if face.state != "detected":
@@ -209,11 +212,12 @@ class FrameRenderer:
             matrix = box_matrix(box, size, margin)
         support = self._mask_for(size)[1]
         inverse = cv2.invertAffineTransform(matrix)
-        if support is None or paste_roi(inverse, support, image.shape[1], image.shape[0]) is None:
+        roi = paste_roi(inverse, support, image.shape[1], image.shape[0]) if support is not None else None
+        if roi is None:
             return None
         if self._blank_crops:  # solid fill never reads the face's pixels: no warp (a crowd has hundreds)
-            return AlignedFace(self._blank(size), matrix, inverse)
-        return warp_aligned(image, matrix, size, inverse)
+            return AlignedFace(self._blank(size), matrix, inverse), roi
+        return warp_aligned(image, matrix, size, inverse), roi
 
     def _blank(self, side: int) -> np.ndarray:
         """A read-only [S, S, 3] zero crop, one per side."""
@@ -256,13 +260,15 @@ class FrameRenderer:
             self._masks[side] = (mask, mask_support(mask))
         return self._masks[side]
 
-    def _paste_all(self, image, faces, aligned, new_crops, methods) -> list[PastedFace]:
+    def _paste_all(self, image: np.ndarray, job: "_Job") -> list[PastedFace]:
+        """Paste every face of ``job`` into ``image`` (in place): warp, ownership, blend."""
+        faces, aligned, rois, new_crops, methods = job.faces, job.aligned, job.rois, job.new_crops, job.methods
         h, w = image.shape[:2]
         warped = []
-        for a, crop, method in zip(aligned, new_crops, methods):
+        for a, roi, crop, method in zip(aligned, rois, new_crops, methods):
             mask, support = self._mask_for(len(crop))
             fill = crop[0, 0] if method in self._uniform else None  # solid fill: nothing to warp
-            warped.append(warp_to_frame(crop, a.inverse, mask, w, h, support, fill))
+            warped.append(warp_to_frame(crop, a.inverse, mask, w, h, support, fill, roi))
         owned = _ownership(warped)
         # Copy every ROI before the first paste: overlapping faces would otherwise
         # record each other's anonymized pixels as "original".
@@ -283,6 +289,7 @@ class _Job:
     result: FrameResult
     faces: list[TrackedFace]
     aligned: list[AlignedFace]
+    rois: list[tuple[int, int, int, int]]  # N x frame rectangle (x, y, w, h) each face's cover lands on
     crops: list[np.ndarray]  # N x [S, S, 3] uint8, original aligned crops (S per face, see _crop_side)
     contexts: list[FaceContext]
     live: list[int]  # faces still anonymized by the anonymizer (not on solid fill for good)

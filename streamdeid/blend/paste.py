@@ -68,12 +68,13 @@ class WarpedFace:
 
 
 def warp_to_frame(new_crop: np.ndarray, inverse: np.ndarray, mask: np.ndarray, frame_w: int, frame_h: int,
-                  support: tuple[int, int, int, int] | None = None, fill: np.ndarray | None = None
-                  ) -> WarpedFace | None:
+                  support: tuple[int, int, int, int] | None = None, fill: np.ndarray | None = None,
+                  roi: tuple[int, int, int, int] | None = None) -> WarpedFace | None:
     """Warp ``new_crop`` ([S, S, 3] uint8) and ``mask`` ([S, S] float in [0, 1]) through
     ``inverse`` ([2, 3], crop -> frame) onto the frame rectangle the mask covers.
     ``support``: ``mask_support(mask)`` when the caller has it (one mask, many faces).
     ``fill``: the crop's one colour (BGR [3]) when it has one (solid fill), which skips warping it.
+    ``roi``: ``paste_roi(inverse, support, frame_w, frame_h)`` when the caller has it.
     None if the face is entirely outside the frame or the mask is empty."""
     s = new_crop.shape[0]
     if new_crop.shape != (s, s, 3) or mask.shape != (s, s):
@@ -81,7 +82,7 @@ def warp_to_frame(new_crop: np.ndarray, inverse: np.ndarray, mask: np.ndarray, f
     support = support or mask_support(mask)
     if support is None:
         return None
-    roi = paste_roi(inverse, support, frame_w, frame_h)
+    roi = roi or paste_roi(inverse, support, frame_w, frame_h)
     if roi is None:
         return None
     x, y, w, h = roi
