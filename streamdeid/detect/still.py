@@ -12,10 +12,15 @@ one way the synthetic crowds of ``benchmarks/recall.py`` hide faces:
 * the mirror image: YuNet is not symmetric, and scores some faces only one way round;
 * an unsharp mask: defocused and motion-blurred faces.
 
-Detections at the run's threshold from any pass are kept; weaker ones (down to
-WEAK_FRACTION of it) only where two passes agree, which keeps most of the recall
-of a lower threshold with fewer of its false positives. Measured in README
-("Recall, stills").
+The fused boxes (NMS over every pass) are then sorted by how sure they are. A
+box the pipeline's own passes score SURE_SCORE or more is kept as it is. Any other
+box (one of the extra passes found, or the own passes scored weakly, or weakly
+found by two passes; down to WEAK_FRACTION of the threshold) must survive a closer
+look: the crop around it, scaled so the face is ZOOM_FACE_PX tall, scored again
+as it is and after CLAHE, at the run's threshold. The extra passes alone also find
+buttons, watches and chandeliers in high-resolution photos (obama.jpg: 16 boxes
+for one face); the closer look removes most of those and few faces. Measured in
+README ("Recall", stills) and by benchmarks/still_passes.py.
 """
 
 from __future__ import annotations
@@ -29,16 +34,20 @@ from streamdeid.detect.base import Detector, nms
 from streamdeid.detect.finder import MAX_SCAN_SIDE, FaceFinder, brighten, merge
 from streamdeid.types import Detections
 
-# Weak detections (score >= WEAK_FRACTION * threshold) are kept where WEAK_VOTES passes agree.
+# Weak detections (score >= WEAK_FRACTION * threshold) are candidates for the closer look; see fuse for
+# WEAK_VOTES.
 WEAK_FRACTION = 0.5
 WEAK_VOTES = 2
+# A box the pipeline's own passes (fast, scan) score this much is kept without a closer look. Nine
+# synthetic crowds (benchmarks/still_passes.py --seeds 0-8): at 0.3 (the threshold), 42 false boxes;
+# at 0.5, 23 and one face fewer of 1,345 >= 16 px; obama.jpg: 5 boxes -> 1.
 # Two passes' boxes are the same face from this IoU (as the finder's NMS threshold).
 AGREE_IOU = 0.3
 EXTRA_SCALE = 1.5
-# A weak box one pass alone found is looked at again, zoomed: the crop around it (ZOOM_CONTEXT times its
-# size) scaled so the face is ZOOM_FACE_PX tall, YuNet's comfortable size. Measured on nine synthetic crowds:
-# of the 1,102 weak candidates no two passes agreed on, the zoomed look scored 43 on faces >= 0.3 and none
-# on background.
+SURE_SCORE = 0.5
+# The closer look: the crop around a box (ZOOM_CONTEXT times its size) scaled so the face is ZOOM_FACE_PX
+# tall, YuNet's comfortable size. Measured on nine synthetic crowds: of the 1,102 weak candidates no two
+# passes agreed on, the zoomed look scored 43 on faces >= 0.3 and none on background.
 ZOOM_CONTEXT = 3.0
 ZOOM_FACE_PX = 96
 # YuNet's landmarks: right eye, left eye, nose tip, right and left mouth corner (the subject's).
@@ -143,20 +152,34 @@ class StillFinder:
         side = self.finder.scan_side(w, h) or fast_side
         larger = min(round(side * EXTRA_SCALE), MAX_SCAN_SIDE)
         scan = self._detector(side)
-        passes = [self._detector(fast_side).detect(bright)]
-        upscaled = [scan.detect(bright), scan.detect(local_contrast(bright)),
-                    mirrored(scan.detect(np.ascontiguousarray(bright[:, ::-1])), w), scan.detect(sharpened(bright))]
+        own = [self._detector(fast_side).detect(bright), scan.detect(bright)]
+        extra = [scan.detect(local_contrast(bright)), mirrored(scan.detect(np.ascontiguousarray(bright[:, ::-1])), w),
+                 scan.detect(sharpened(bright))]
         if larger > side * 1.1:
-            upscaled.append(self._detector(larger).detect(bright))
+            extra.append(self._detector(larger).detect(bright))
         if side != fast_side:
             # As in FaceFinder.find: an upscaled pass's large boxes are upscaling artefacts or duplicates.
             cap = 2 * self.finder.fast_floor(w, h)
-            upscaled = [p[(p.boxes[:, 3] - p.boxes[:, 1]) < cap] if len(p) else p for p in upscaled]
-        kept, undecided = fuse(passes + upscaled, self.threshold, self.weak)
-        return merge([kept, self.zoomed(bright, undecided)], AGREE_IOU)
+            own[1], *extra = [p[(p.boxes[:, 3] - p.boxes[:, 1]) < cap] if len(p) else p for p in [own[1], *extra]]
+        kept, undecided = fuse(own + extra, self.threshold, self.weak)
+        sure = self._sure(kept, own)
+        check = merge([kept[~sure] if len(kept) else kept, undecided], AGREE_IOU)
+        return merge([kept[sure] if len(kept) else kept, self.zoomed(bright, check)], AGREE_IOU)
+
+    @staticmethod
+    def _sure(kept: Detections, own: list[Detections]) -> np.ndarray:
+        """[N] bool: the kept boxes the pipeline's own passes found with a score of SURE_SCORE or more."""
+        sure = np.zeros(len(kept), bool)
+        strong = [p.boxes[p.scores >= SURE_SCORE] for p in own if len(p)]
+        strong = np.concatenate(strong) if strong else np.zeros((0, 4))
+        if len(strong):
+            for i, box in enumerate(kept.boxes):
+                sure[i] = _iou(box, strong).max() >= AGREE_IOU
+        return sure
 
     def zoomed(self, image: np.ndarray, candidates: Detections) -> Detections:
-        """The candidates a closer look confirms (score >= the run's threshold), with the closer look's box."""
+        """The candidates a closer look confirms (score >= the run's threshold), with the closer look's box
+        and landmarks."""
         if self._zoom is None:
             self._zoom = self._create(replace(self.finder.cfg, input_size=0))
         h, w = image.shape[:2]
@@ -165,7 +188,9 @@ class StillFinder:
             x0, y0, x1, y1, scale = zoom_window(box, w, h)
             crop = image[y0:y1, x0:x1]
             size = (max(1, round(crop.shape[1] * scale)), max(1, round(crop.shape[0] * scale)))
-            dets = self._zoom.detect(cv2.resize(crop, size, interpolation=cv2.INTER_CUBIC))
+            zoomed = cv2.resize(crop, size, interpolation=cv2.INTER_CUBIC)
+            # as it is and with local contrast: a dark face on a bright background needs the second
+            dets = merge([self._zoom.detect(zoomed), self._zoom.detect(local_contrast(zoomed))], AGREE_IOU)
             if not len(dets):
                 continue
             dets = Detections(dets.boxes / scale + (x0, y0, x0, y0), dets.scores, dets.landmarks / scale + (x0, y0))
