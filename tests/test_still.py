@@ -9,7 +9,7 @@ import pytest
 from streamdeid.config import DetectConfig
 from streamdeid.detect import create_detector
 from streamdeid.detect.finder import FaceFinder
-from streamdeid.detect.still import StillFinder, fuse, mirrored
+from streamdeid.detect.still import StillFinder, mirrored
 from streamdeid.eval.recognizers import box_iou
 from streamdeid.types import Detections
 
@@ -35,21 +35,13 @@ def _dets(boxes, scores) -> Detections:
     return Detections(boxes, np.asarray(scores, np.float64), np.zeros((len(boxes), 5, 2)))
 
 
-def test_a_weak_box_needs_a_second_pass_behind_it():
-    strong = _dets([[0, 0, 20, 20]], [0.9])
-    weak_alone = _dets([[100, 100, 120, 120]], [0.2])
-    weak_again = _dets([[101, 101, 121, 121]], [0.18])
-    too_weak = _dets([[100, 100, 121, 121]], [0.1])
-    kept, undecided = fuse([strong, weak_alone], threshold=0.3, weak=0.15)
-    assert kept.boxes.tolist() == [[0, 0, 20, 20]]
-    assert undecided.boxes.tolist() == [[100, 100, 120, 120]]  # left to the zoomed look
-    kept, undecided = fuse([strong, weak_alone, too_weak], threshold=0.3, weak=0.15)
-    assert len(kept) == 1 and len(undecided) == 1  # under the weak floor a pass does not vote
-    kept, undecided = fuse([strong, weak_alone, weak_again], threshold=0.3, weak=0.15)
-    assert len(kept) == 2 and np.allclose(kept.scores, [0.9, 0.2]) and not len(undecided)  # one box a face
-    kept, undecided = fuse([too_weak], threshold=0.3, weak=0.15)
-    assert not len(kept) and not len(undecided)
-    assert all(not len(d) for d in fuse([Detections.empty(), Detections.empty()], threshold=0.3, weak=0.15))
+def test_only_a_box_the_own_passes_score_high_skips_the_closer_look():
+    fast = _dets([[0, 0, 20, 20], [50, 50, 70, 70]], [0.9, 0.35])
+    scan = _dets([[100, 100, 120, 120]], [0.6])
+    found = _dets([[1, 1, 21, 21], [50, 50, 70, 70], [101, 100, 121, 120], [200, 200, 220, 220]], [0.8, 0.4, 0.6, 0.9])
+    # the last one scores 0.9, but only an extra pass (mirror, CLAHE, ...) found it
+    assert StillFinder._sure(found, [fast, scan]).tolist() == [True, False, True, False]
+    assert StillFinder._sure(found, [Detections.empty(), Detections.empty()]).tolist() == [False] * 4
 
 
 def test_a_closer_look_confirms_a_small_face_and_not_the_background():

@@ -30,18 +30,16 @@ from dataclasses import replace
 import cv2
 import numpy as np
 
-from streamdeid.detect.base import Detector, nms
+from streamdeid.detect.base import Detector
 from streamdeid.detect.finder import MAX_SCAN_SIDE, FaceFinder, brighten, merge
 from streamdeid.types import Detections
 
-# Weak detections (score >= WEAK_FRACTION * threshold) are candidates for the closer look; see fuse for
-# WEAK_VOTES.
-WEAK_FRACTION = 0.5
-WEAK_VOTES = 2
+# Every pass keeps boxes down to this share of the run's threshold: candidates for the closer look.
+WEAK_FRACTION = 0.33
 # A box the pipeline's own passes (fast, scan) score this much is kept without a closer look. Nine
 # synthetic crowds (benchmarks/still_passes.py --seeds 0-8): at 0.3 (the threshold), 42 false boxes;
 # at 0.5, 23 and one face fewer of 1,345 >= 16 px; obama.jpg: 5 boxes -> 1.
-# Two passes' boxes are the same face from this IoU (as the finder's NMS threshold).
+# Two boxes are the same face from this IoU (as the finder's NMS threshold).
 AGREE_IOU = 0.3
 EXTRA_SCALE = 1.5
 SURE_SCORE = 0.5
@@ -87,31 +85,6 @@ def _iou(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:
     area = (box[2] - box[0]) * (box[3] - box[1])
     areas = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
     return inter / np.maximum(area + areas - inter, 1e-9)
-
-
-def fuse(passes: list[Detections], threshold: float, weak: float) -> tuple[Detections, Detections]:
-    """NMS over every pass's boxes: (kept, undecided). A box under ``threshold`` is kept with WEAK_VOTES
-    passes behind it; a weak box one pass alone found is undecided (``StillFinder`` zooms in on it)."""
-    parts = [(i, p) for i, p in enumerate(passes) if len(p)]
-    if not parts:
-        return Detections.empty(), Detections.empty()
-    boxes = np.concatenate([p.boxes for _, p in parts])
-    scores = np.concatenate([p.scores for _, p in parts])
-    landmarks = np.concatenate([p.landmarks for _, p in parts])
-    source = np.concatenate([np.full(len(p), i) for i, p in parts])
-    kept, undecided = [], []
-    for k in nms(boxes, scores, AGREE_IOU):
-        agree = (_iou(boxes[k], boxes) >= AGREE_IOU) & (scores >= weak)
-        if scores[k] >= threshold or len(np.unique(source[agree])) >= WEAK_VOTES:
-            kept.append(k)
-        elif scores[k] >= weak:
-            undecided.append(k)
-
-    def pick(idx: list[int]) -> Detections:
-        i = np.asarray(idx, dtype=np.int64)
-        return Detections(boxes[i], scores[i], landmarks[i])
-
-    return pick(kept), pick(undecided)
 
 
 def zoom_window(box: np.ndarray, width: int, height: int) -> tuple[int, int, int, int, float]:
@@ -161,10 +134,11 @@ class StillFinder:
             # As in FaceFinder.find: an upscaled pass's large boxes are upscaling artefacts or duplicates.
             cap = 2 * self.finder.fast_floor(w, h)
             own[1], *extra = [p[(p.boxes[:, 3] - p.boxes[:, 1]) < cap] if len(p) else p for p in [own[1], *extra]]
-        kept, undecided = fuse(own + extra, self.threshold, self.weak)
-        sure = self._sure(kept, own)
-        check = merge([kept[~sure] if len(kept) else kept, undecided], AGREE_IOU)
-        return merge([kept[sure] if len(kept) else kept, self.zoomed(bright, check)], AGREE_IOU)
+        found = merge(own + extra, AGREE_IOU)  # NMS over every pass, the best-scored box of each face
+        if not len(found):
+            return found
+        sure = self._sure(found, own)
+        return merge([found[sure], self.zoomed(bright, found[~sure])], AGREE_IOU)
 
     @staticmethod
     def _sure(kept: Detections, own: list[Detections]) -> np.ndarray:
