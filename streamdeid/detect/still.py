@@ -14,13 +14,15 @@ one way the synthetic crowds of ``benchmarks/recall.py`` hide faces:
 
 The fused boxes (NMS over every pass) are then sorted by how sure they are. A
 box the pipeline's own passes score SURE_SCORE or more is kept as it is. Any other
-box (one of the extra passes found, or the own passes scored weakly, or weakly
-found by two passes; down to WEAK_FRACTION of the threshold) must survive a closer
-look: the crop around it, scaled so the face is ZOOM_FACE_PX tall, scored again
-as it is and after CLAHE, at the run's threshold. The extra passes alone also find
-buttons, watches and chandeliers in high-resolution photos (obama.jpg: 16 boxes
-for one face); the closer look removes most of those and few faces. Measured in
-README ("Recall", stills) and by benchmarks/still_passes.py.
+box (one only the extra passes found, or one the own passes scored under
+SURE_SCORE; every pass goes down to WEAK_FRACTION of the threshold) must survive a
+closer look: the crop around it, scaled so the face is ZOOM_FACE_PX tall, scored
+again as it is and after CLAHE, at the run's threshold. The passes also find
+buttons, watches and chandelier lamps in high-resolution photos (obama.jpg: 45
+boxes for one face); the closer look removes most of those and few faces.
+Measured in README ("Recall", stills) and by benchmarks/still_passes.py.
+Candidates down to a third of the threshold rather than a half: 12-16 px faces
+93% -> 95-96%, 3.7 s -> 5.5 s a 1280x720 still (most of it the closer look).
 """
 
 from __future__ import annotations
@@ -37,12 +39,12 @@ from streamdeid.types import Detections
 # Every pass keeps boxes down to this share of the run's threshold: candidates for the closer look.
 WEAK_FRACTION = 0.33
 # A box the pipeline's own passes (fast, scan) score this much is kept without a closer look. Nine
-# synthetic crowds (benchmarks/still_passes.py --seeds 0-8): at 0.3 (the threshold), 42 false boxes;
-# at 0.5, 23 and one face fewer of 1,345 >= 16 px; obama.jpg: 5 boxes -> 1.
+# synthetic crowds (seeds 0-8, candidates down to half the threshold): at 0.3 (the threshold), 42 false
+# boxes; at 0.5, 23 and one face fewer of 1,345 >= 16 px; obama.jpg: 5 boxes -> 1.
+SURE_SCORE = 0.5
 # Two boxes are the same face from this IoU (as the finder's NMS threshold).
 AGREE_IOU = 0.3
 EXTRA_SCALE = 1.5
-SURE_SCORE = 0.5
 # The closer look: the crop around a box (ZOOM_CONTEXT times its size) scaled so the face is ZOOM_FACE_PX
 # tall, YuNet's comfortable size. Measured on nine synthetic crowds: of the 1,102 weak candidates no two
 # passes agreed on, the zoomed look scored 43 on faces >= 0.3 and none on background.
