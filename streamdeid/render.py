@@ -29,7 +29,7 @@ from .anonymize.base import Anonymizer
 from .anonymize.classic import SolidAnonymizer
 from .blend import WarpedFace, blend_into, face_mask, mask_support, paste_roi, warp_to_frame
 from .config import AlignConfig, AnonymizeConfig, BlendConfig
-from .types import AlignedFace, FaceContext, FrameResult, TrackedFace
+from .types import AlignedFace, FaceContext, FrameResult, TrackedFace, scaled_about_centre
 
 if TYPE_CHECKING:
     from .leakguard import LeakGuard
@@ -299,10 +299,8 @@ class _Job:
 
 def _grow(landmarks: np.ndarray, box: np.ndarray, factor: float) -> tuple[np.ndarray, np.ndarray]:
     """Scale landmarks ([5, 2]) and box ([4]) about the box centre."""
-    centre = (box[:2] + box[2:]) / 2
-    lm = centre + (landmarks - centre) * factor
-    half = (box[2:] - box[:2]) / 2 * factor
-    return lm, np.concatenate([centre - half, centre + half])
+    grown, lm = scaled_about_centre(box, landmarks, factor)
+    return lm, grown
 
 
 def _cut(image: np.ndarray, roi: tuple[int, int, int, int]) -> np.ndarray:

@@ -115,11 +115,21 @@ class TrackedFace:
         box and landmarks scaled about the box centre by 1 + UNSEEN_GROWTH per frame (at most
         MAX_UNSEEN_SCALE, and at most MAX_UNSEEN_GROWTH_PX larger), because where the face is grows
         less certain with every frame unseen."""
-        size = float(max(self.box[2] - self.box[0], self.box[3] - self.box[1], 1.0))
+        x1, y1, x2, y2 = self.box.tolist()
+        size = max(x2 - x1, y2 - y1, 1.0)
         factor = min(1.0 + UNSEEN_GROWTH * max(frames_unseen, 0), MAX_UNSEEN_SCALE, 1.0 + MAX_UNSEEN_GROWTH_PX / size)
-        centre = (self.box[:2] + self.box[2:]) / 2
-        box = np.concatenate([centre + (self.box[:2] - centre) * factor, centre + (self.box[2:] - centre) * factor])
-        return TrackedFace(self.track_id, box, centre + (self.landmarks - centre) * factor, self.score, state)
+        box, landmarks = scaled_about_centre(self.box, self.landmarks, factor)
+        return TrackedFace(self.track_id, box, landmarks, self.score, state)
+
+
+def scaled_about_centre(box: np.ndarray, landmarks: np.ndarray, factor: float) -> tuple[np.ndarray, np.ndarray]:
+    """``box`` ([4] x1, y1, x2, y2) and ``landmarks`` ([5, 2]) scaled by ``factor`` about the box centre.
+    The box in plain floats: numpy's per-call overhead on four numbers showed in a crowd's render."""
+    x1, y1, x2, y2 = np.asarray(box, np.float64).reshape(4).tolist()
+    cx, cy = (x1 + x2) * 0.5, (y1 + y2) * 0.5
+    grown = np.array([cx + (x1 - cx) * factor, cy + (y1 - cy) * factor, cx + (x2 - cx) * factor,
+                      cy + (y2 - cy) * factor])
+    return grown, np.asarray(landmarks, np.float64) * factor + ((1.0 - factor) * cx, (1.0 - factor) * cy)
 
 
 # A held or back-filled face's cover grows by this share of its size per frame unseen: on
