@@ -203,7 +203,8 @@ class FrameRenderer:
         if face.state != "detected":
             # A predicted (held) or back-filled position is a guess: the face may
             # have moved, so cover a larger area around it.
-            landmarks, box = _grow(landmarks, box, BETWEEN_RUNS_GROWTH if face.between_runs else UNCERTAIN_GROWTH)
+            box, landmarks = scaled_about_centre(box, landmarks,
+                                                 BETWEEN_RUNS_GROWTH if face.between_runs else UNCERTAIN_GROWTH)
         size = self._crop_side(box)
         fit = template_fit(landmarks, box)
         if fit is not None:
@@ -295,12 +296,6 @@ class _Job:
     live: list[int]  # faces still anonymized by the anonymizer (not on solid fill for good)
     new_crops: list[np.ndarray]  # N x [S, S, 3] uint8, filled by render_many / _finish
     methods: list[str]
-
-
-def _grow(landmarks: np.ndarray, box: np.ndarray, factor: float) -> tuple[np.ndarray, np.ndarray]:
-    """Scale landmarks ([5, 2]) and box ([4]) about the box centre."""
-    grown, lm = scaled_about_centre(box, landmarks, factor)
-    return lm, grown
 
 
 def _cut(image: np.ndarray, roi: tuple[int, int, int, int]) -> np.ndarray:

@@ -129,10 +129,14 @@ class FaceFinder:
         h, w = image.shape[:2]
         side = self.scan_side(w, h) if scan and h and w else None
         if side is not None:
-            small = self._scanner(side).detect(bright)
-            # Each pass is trusted for the sizes it sees well: a face the fast pass sees at twice its
-            # floor is the fast pass's to find; the scan's larger boxes are upscaling artefacts
-            # (a 115 px "face" on obama.jpg's tie) or duplicates.
-            fast_floor = self.fast_floor(w, h)
-            found.append(small[(small.boxes[:, 3] - small.boxes[:, 1]) < 2 * fast_floor] if len(small) else small)
+            found.append(self.scan_trusted(self._scanner(side).detect(bright), w, h))
         return merge(found, self.cfg.nms_threshold)
+
+    def scan_trusted(self, dets: Detections, width: int, height: int) -> Detections:
+        """An upscaled pass's boxes on a frame of this size, less those it is not trusted for. Each pass is
+        trusted for the sizes it sees well: a face the fast pass sees at twice its floor is the fast pass's
+        to find; an upscaled pass's larger boxes are upscaling artefacts (a 115 px "face" on obama.jpg's
+        tie) or duplicates."""
+        if not len(dets):
+            return dets
+        return dets[(dets.boxes[:, 3] - dets.boxes[:, 1]) < 2 * self.fast_floor(width, height)]

@@ -34,6 +34,7 @@ import numpy as np
 
 from streamdeid.detect.base import Detector
 from streamdeid.detect.finder import MAX_SCAN_SIDE, FaceFinder, brighten, merge
+from streamdeid.track.matching import iou_matrix
 from streamdeid.types import Detections
 
 # Every pass keeps boxes down to this share of the run's threshold: candidates for the closer look.
@@ -77,16 +78,6 @@ def local_contrast(image: np.ndarray) -> np.ndarray:
 def sharpened(image: np.ndarray) -> np.ndarray:
     """Unsharp mask (sigma 2 px, amount 1): gives soft faces back some edges."""
     return cv2.addWeighted(image, 2.0, cv2.GaussianBlur(image, (0, 0), 2.0), -1.0, 0)
-
-
-def _iou(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:
-    """IoU of one box [4] with each of ``boxes`` [N, 4]."""
-    w = np.clip(np.minimum(box[2], boxes[:, 2]) - np.maximum(box[0], boxes[:, 0]), 0, None)
-    h = np.clip(np.minimum(box[3], boxes[:, 3]) - np.maximum(box[1], boxes[:, 1]), 0, None)
-    inter = w * h
-    area = (box[2] - box[0]) * (box[3] - box[1])
-    areas = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
-    return inter / np.maximum(area + areas - inter, 1e-9)
 
 
 def zoom_window(box: np.ndarray, width: int, height: int) -> tuple[int, int, int, int, float]:
@@ -133,9 +124,7 @@ class StillFinder:
         if larger > side * 1.1:
             extra.append(self._detector(larger).detect(bright))
         if side != fast_side:
-            # As in FaceFinder.find: an upscaled pass's large boxes are upscaling artefacts or duplicates.
-            cap = 2 * self.finder.fast_floor(w, h)
-            own[1], *extra = [p[(p.boxes[:, 3] - p.boxes[:, 1]) < cap] if len(p) else p for p in [own[1], *extra]]
+            own[1], *extra = [self.finder.scan_trusted(p, w, h) for p in [own[1], *extra]]
         found = merge(own + extra, AGREE_IOU)  # NMS over every pass, the best-scored box of each face
         if not len(found):
             return found
@@ -145,13 +134,11 @@ class StillFinder:
     @staticmethod
     def _sure(kept: Detections, own: list[Detections]) -> np.ndarray:
         """[N] bool: the kept boxes the pipeline's own passes found with a score of SURE_SCORE or more."""
-        sure = np.zeros(len(kept), bool)
         strong = [p.boxes[p.scores >= SURE_SCORE] for p in own if len(p)]
         strong = np.concatenate(strong) if strong else np.zeros((0, 4))
-        if len(strong):
-            for i, box in enumerate(kept.boxes):
-                sure[i] = _iou(box, strong).max() >= AGREE_IOU
-        return sure
+        if not len(strong):
+            return np.zeros(len(kept), bool)
+        return iou_matrix(kept.boxes, strong).max(axis=1) >= AGREE_IOU
 
     def zoomed(self, image: np.ndarray, candidates: Detections) -> Detections:
         """The candidates a closer look confirms (score >= the run's threshold), with the closer look's box
@@ -170,7 +157,7 @@ class StillFinder:
             if not len(dets):
                 continue
             dets = Detections(dets.boxes / scale + (x0, y0, x0, y0), dets.scores, dets.landmarks / scale + (x0, y0))
-            same = _iou(box, dets.boxes) > AGREE_IOU
+            same = iou_matrix(box, dets.boxes)[0] > AGREE_IOU
             if same.any():
                 best = int(np.argmax(np.where(same, dets.scores, -1.0)))
                 found.append(dets[best:best + 1])
