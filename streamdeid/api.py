@@ -153,7 +153,7 @@ def _run_pipeline(src: str, source, write, config: PipelineConfig, renderer: Fra
     t0 = time.perf_counter()
     try:
         pipeline = Pipeline(config, renderer, fps=float(source.average_rate or 25), emit=emit,
-                            observers=observers, summary=summary)
+                            observers=observers, summary=summary, render_thread=True)
         pipeline.run(threaded_source(source, threading.Event(), summary.times), sink.put)
         sink.close()
         return True

@@ -76,14 +76,15 @@ def threaded_source(source: Iterable[object], stop: threading.Event, times: Stag
         raise worker.error
 
 
-class ThreadedSink:
-    """Encode/mux on a background thread; ``put`` blocks when the encoder lags."""
+class BackgroundQueue:
+    """Calls ``handle(item)`` on its own thread for every item ``put``, in order. ``put`` blocks while
+    ``maxsize`` items wait. The first error ``handle`` raises ends the thread; the next ``put`` or
+    ``close`` raises it on the caller's thread (through ``_reraise``)."""
 
-    def __init__(self, write: Callable[[object], None], times: StageTimes) -> None:
-        self._q: queue.Queue = queue.Queue(maxsize=QUEUE_FRAMES)
-        self._write = write
-        self._times = times
-        self._worker = _Worker(self._consume, "streamdeid-encode")
+    def __init__(self, handle: Callable[[object], None], name: str, maxsize: int = QUEUE_FRAMES) -> None:
+        self._q: queue.Queue = queue.Queue(maxsize=maxsize)
+        self._handle = handle
+        self._worker = _Worker(self._consume, name)
         self._worker.start()
 
     def _consume(self) -> None:
@@ -91,16 +92,12 @@ class ThreadedSink:
             item = self._q.get()
             if item is _END:
                 return
-            t0 = time.perf_counter()
-            self._write(item)
-            self._times.add("encode", time.perf_counter() - t0)
+            self._handle(item)
 
     def put(self, item: object) -> None:
         while True:
             if self._worker.error is not None:
-                if isinstance(self._worker.error, OutputClosed):
-                    raise self._worker.error
-                raise StreamdeidError(f"encoding failed: {self._worker.error}")
+                self._reraise(self._worker.error)
             try:
                 self._q.put(item, timeout=0.1)
                 return
@@ -108,8 +105,8 @@ class ThreadedSink:
                 continue
 
     def close(self) -> None:
-        """Wait for every queued item to be written; re-raise an encoder error."""
-        while self._worker.is_alive():  # the encoder may die while the queue is full
+        """Wait for every queued item to be handled; re-raise the handler's error."""
+        while self._worker.is_alive():  # the handler may die while the queue is full
             try:
                 self._q.put(_END, timeout=0.1)
                 break
@@ -117,9 +114,24 @@ class ThreadedSink:
                 continue
         self._worker.join()
         if self._worker.error is not None:
-            err = self._worker.error
-            if isinstance(err, StreamdeidError):
-                raise err
-            if isinstance(err, OutputClosed):
-                raise err
-            raise StreamdeidError(f"encoding failed: {err}") from err
+            self._reraise(self._worker.error)
+
+    def _reraise(self, err: BaseException) -> None:
+        raise err
+
+
+class ThreadedSink(BackgroundQueue):
+    """Encode/mux on a background thread; ``put`` blocks when the encoder lags."""
+
+    def __init__(self, write: Callable[[object], None], times: StageTimes) -> None:
+        def timed(item: object) -> None:
+            t0 = time.perf_counter()
+            write(item)
+            times.add("encode", time.perf_counter() - t0)
+
+        super().__init__(timed, "streamdeid-encode")
+
+    def _reraise(self, err: BaseException) -> None:
+        if isinstance(err, (StreamdeidError, OutputClosed)):
+            raise err
+        raise StreamdeidError(f"encoding failed: {err}") from err

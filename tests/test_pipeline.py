@@ -254,3 +254,47 @@ def test_scan_gate_skips_due_scans_but_never_the_scan_of_a_cut() -> None:
     stage.finder.frame = 12
     stage(Frame(12, np.full((240, 320, 3), 230, np.uint8), 12, None), StageTimes())  # the picture changes
     assert stage.finder.scans == [12]
+
+
+def _run_pipeline(media, render_thread: bool, emit) -> None:
+    from conftest import face_frames
+    from streamdeid.pipeline import Pipeline, RunSummary
+
+    cfg = PipelineConfig()
+    cfg.anonymize.method = "blur"
+    frames = [Frame(i, img, i, None) for i, img in enumerate(face_frames(media, 12))]
+    pipeline = Pipeline(cfg, _renderer(BlurAnonymizer(), cfg), fps=25, emit=emit, summary=RunSummary(),
+                        render_thread=render_thread)
+    pipeline.run(frames, lambda item: None)
+
+
+def test_render_thread_emits_the_same_frames_in_order_from_its_own_thread(media) -> None:
+    """A file run renders on a thread of its own (api.py): the frames, their order and their pixels are
+    the same as when the caller's thread renders."""
+    import threading
+
+    out: dict[bool, list] = {False: [], True: []}
+    threads: dict[bool, set[str]] = {False: set(), True: set()}
+    for threaded in (False, True):
+        def emit(result, pasted, threaded=threaded):
+            threads[threaded].add(threading.current_thread().name)
+            out[threaded].append((result.frame.index, result.frame.image.copy(), len(pasted)))
+        _run_pipeline(media, threaded, emit)
+    assert [i for i, _, _ in out[True]] == list(range(12))
+    assert sum(n for _, _, n in out[True]) > 0  # faces were pasted
+    for (i, a, n), (j, b, m) in zip(out[False], out[True]):
+        assert (i, n) == (j, m) and np.array_equal(a, b)
+    assert threads == {False: {threading.current_thread().name}, True: {"streamdeid-render"}}
+
+
+def test_render_thread_error_reaches_the_caller_as_raised(media) -> None:
+    """An error on the render thread (here the emit: an encoder queue that is gone) ends the run on the
+    caller's thread with the same exception, not a wrapped one and not a hang."""
+    from streamdeid.types import OutputClosed
+
+    def emit(result, pasted):
+        if result.frame.index == 3:
+            raise OutputClosed("the reader went away")
+
+    with pytest.raises(OutputClosed, match="went away"):
+        _run_pipeline(media, True, emit)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from streamdeid.types import StreamdeidError
@@ -22,9 +22,14 @@ class RunKeys:
     master: MasterKey | bytes
     video_id: bytes
     ephemeral: bool  # True: the master was drawn for this run and never stored (irreversible)
+    # Each track's key, derived once: the renderer asks for it per face and frame (a crowd: 270 a frame).
+    _tracks: dict[int, bytes] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def for_track(self, track_id: int) -> bytes:
-        return track_key(self.master, self.video_id, track_id)
+        key = self._tracks.get(track_id)
+        if key is None:
+            key = self._tracks[track_id] = track_key(self.master, self.video_id, track_id)
+        return key
 
     def for_next_video(self) -> "RunKeys":
         """Same master, a fresh video id (each video of a folder gets its own)."""
