@@ -103,6 +103,11 @@ def references(path: Path, names: list[str], args, hand: HandLabels | None) -> d
             every = 1 if path.suffix.lower() in {".jpg", ".jpeg", ".png"} else args.cnn_every
             frames = lambda: ((i, f) for i, f in read_frames(path) if i % every == 0)  # noqa: E731
             out[name] = cached(path, f"dlib-cnn-up1-every{every}", lambda: DlibReference("cnn", 1).detect(frames()))
+    if hand is not None:
+        out, dropped = hand.drop_not_faces(path.name, out)
+        if dropped:
+            print(f"  {path.name}: {dropped} reference boxes left out, a person found no face there "
+                  f"(hand labels' not_faces)", file=sys.stderr)
     return out
 
 

@@ -126,6 +126,22 @@ def test_hand_labels_load_and_reject_unknown_versions(tmp_path: Path):
         HandLabels.load(bad)
 
 
+def test_hand_rejected_boxes_leave_the_references() -> None:
+    """A box a reference detector reported where a person found no face (``not_faces``: the back of a
+    head in one-by-one-person-detection.mp4) leaves every source; other boxes of that frame stay."""
+    labels = HandLabels.load(HAND_LABELS)
+    name = "one-by-one-person-detection.mp4"
+    rejected = labels.not_faces[name][1179][0]
+    elsewhere = np.array([100.0, 100.0, 140.0, 150.0])
+    refs = {"centerface": {1179: np.stack([rejected + 1.5, elsewhere]), 1178: rejected[None]},
+            "dlib-hog": {1179: np.zeros((0, 4))}}
+    kept, dropped = labels.drop_not_faces(name, refs)
+    assert dropped == 1
+    assert np.array_equal(kept["centerface"][1179], elsewhere[None])
+    assert len(kept["centerface"][1178]) == 1  # only the frame a person looked at
+    assert labels.drop_not_faces("two_people.jpg", refs)[1] == 0  # no rejected box in that medium
+
+
 # ---- the defaults, end to end ------------------------------------------------------------------------
 
 

@@ -17,6 +17,11 @@ from typing import Protocol
 
 import numpy as np
 
+from ..track.matching import iou_matrix as box_iou
+
+# A reference box is the box a person rejected (HandLabels.not_faces) from this IoU.
+NOT_FACE_IOU = 0.5
+
 
 FrameBoxes = dict[int, np.ndarray]  # frame index -> [N, 4] boxes
 
@@ -104,10 +109,13 @@ class HandLabels:
 
     A medium's ``uncertain`` entry (frame -> box indices) marks boxes whose faces show no
     facial features (a dark head in a back row): they are a source of their own,
-    ``hand-uncertain``, reported apart from the faces a person clearly sees."""
+    ``hand-uncertain``, reported apart from the faces a person clearly sees. Its ``not_faces``
+    entry (frame -> boxes) holds boxes a reference detector reported where a person looked and
+    found no face (the back of a head): ``drop_not_faces`` takes them out of the references."""
 
     media: dict[str, FrameBoxes]
     uncertain: dict[str, FrameBoxes] = field(default_factory=dict)
+    not_faces: dict[str, FrameBoxes] = field(default_factory=dict)
     name: str = "hand"
 
     @classmethod
@@ -117,7 +125,10 @@ class HandLabels:
             raise ValueError(f"{path}: unknown hand-label version {data.get('version')!r}")
         media: dict[str, FrameBoxes] = {}
         uncertain: dict[str, FrameBoxes] = {}
+        not_faces: dict[str, FrameBoxes] = {}
         for name, entry in data["media"].items():
+            for k, boxes in entry.get("not_faces", {}).items():
+                not_faces.setdefault(name, {})[int(k)] = np.asarray(boxes, np.float64).reshape(-1, 4)
             flagged = {int(k): set(v) for k, v in entry.get("uncertain", {}).items()}
             for k, boxes in entry["frames"].items():
                 boxes = np.asarray(boxes, np.float64).reshape(-1, 4)
@@ -125,11 +136,28 @@ class HandLabels:
                 media.setdefault(name, {})[int(k)] = boxes[~unsure]
                 if unsure.any():
                     uncertain.setdefault(name, {})[int(k)] = boxes[unsure]
-        return cls(media, uncertain)
+        return cls(media, uncertain, not_faces)
 
     def for_media(self, name: str) -> FrameBoxes:
         """The faces a person clearly sees (every labelled frame, possibly with no box)."""
         return self.media.get(name, {})
+
+    def drop_not_faces(self, name: str, per_source: dict[str, FrameBoxes]) -> tuple[dict[str, FrameBoxes], int]:
+        """``per_source`` without the boxes that are one of ``name``'s ``not_faces`` (IoU >= NOT_FACE_IOU),
+        and how many were taken out."""
+        rejected = self.not_faces.get(name, {})
+        out: dict[str, FrameBoxes] = {}
+        dropped = 0
+        for source, frames in per_source.items():
+            out[source] = {}
+            for f, boxes in frames.items():
+                boxes = np.asarray(boxes, np.float64).reshape(-1, 4)
+                if f in rejected and len(boxes):
+                    keep = box_iou(boxes, rejected[f]).max(axis=1) < NOT_FACE_IOU
+                    dropped += int((~keep).sum())
+                    boxes = boxes[keep]
+                out[source][f] = boxes
+        return out, dropped
 
     def sources(self, name: str) -> dict[str, FrameBoxes]:
         """{"hand": ..., "hand-uncertain": ...} for merge_references (empty ones left out)."""
