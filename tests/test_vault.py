@@ -469,6 +469,35 @@ def test_tracks_starting_mid_group_come_back_in_frame_order(tmp_path):
             vw.append(1, 3, 0, np.eye(2, 3), 4, np.zeros((4, 4, 3), np.uint8))
 
 
+def _chunk_count(path, tracks: int) -> int:
+    """CHUNK records in a finished vault (each track adds a TRACK and an END-of-track record, plus one END)."""
+    return VaultReader(path).inspect()["record_count"] - 2 * tracks - 1
+
+
+@pytest.mark.parametrize("track_cap,total_cap,chunks", [
+    (1 << 20, 1 << 20, 8),  # many small tracks: one chunk each per group, however many tracks there are
+    (4096, 1 << 20, 8 * 5),  # one track's crops fill its cap every 6 frames: the group is written early
+    (1 << 20, 32768, 8 * 5),  # all tracks' crops together fill the (memory) cap every 6 frames
+])
+def test_groups_are_written_early_by_one_tracks_bytes_or_all_tracks_bytes(tmp_path, monkeypatch,
+                                                                          track_cap, total_cap, chunks):
+    """A crowd (many tracks, small crops) keeps one chunk per track and group: a group is written early
+    only when one track's crops reach MAX_TRACK_BYTES (a record's size) or all of them MAX_PENDING_BYTES."""
+    from streamdeid.vault import writer
+
+    monkeypatch.setattr(writer, "MAX_TRACK_BYTES", track_cap)
+    monkeypatch.setattr(writer, "MAX_PENDING_BYTES", total_cap)
+    master = generate_master_key(tmp_path / "m")
+    path = tmp_path / "v.sdv"
+    with VaultWriter(path, {"video_id": new_video_id()}, master, chunk_frames=25, quality="small") as vw:
+        for f in range(25):
+            vw.advance(f)
+            for t in range(1, 9):  # 8 tracks of 768-byte crops: one track reaches 4 KB on its 6th frame
+                vw.append(t, f, f, np.eye(2, 3), 16, np.full((16, 16, 3), 10 * t, np.uint8))
+    assert _chunk_count(path, 8) == chunks
+    assert len(list(VaultReader(path).records(master))) == 8 * 25  # every face is there
+
+
 def _real_face_crops(media, n=30):
     """n face crops (BGRA, an elliptical owned mask) from a shared clip, as a run stores them."""
     import av

@@ -21,9 +21,13 @@ from .header import build_header, master_bytes, parse_video_id
 
 log = logging.getLogger(__name__)
 
-# A group is flushed early once its crops hold this many raw bytes, so one
-# encoded chunk stays far below format.MAX_RECORD even for 4K faces.
-MAX_PENDING_BYTES = 32 << 20
+# A group is flushed early once one track's crops in it hold MAX_TRACK_BYTES raw bytes, so its
+# encoded chunk stays far below format.MAX_RECORD even for 4K faces, or once all tracks' crops hold
+# MAX_PENDING_BYTES (memory). The total used to be 32 MiB: a crowd pan at 1280x720 (270 faces a
+# frame, about 70 MB of crops a second) then flushed every 12 frames, and paid an x264 encoder and an
+# I-frame per track twice a second.
+MAX_TRACK_BYTES = 32 << 20
+MAX_PENDING_BYTES = 128 << 20
 PACK_THREADS = 2
 
 
@@ -117,6 +121,8 @@ class VaultWriter:
         self._pending: dict[int, list[chunk.ChunkFace]] = {}  # track_id -> faces of the open group
         self._pending_bytes = 0
         self._pending_faces = 0
+        self._largest_track_bytes = 0  # the open group's largest raw crop bytes of one track
+        self._track_bytes: dict[int, int] = {}
         self._group_start = 0  # first frame of the open group; earlier frames are written
         self._group_end = self.chunk_frames
         self._frame = -1  # frame index of the last append/advance
@@ -244,7 +250,10 @@ class VaultWriter:
         owned = _checked_owned(owned, crop) if crop is not None and owned is not None else None
         self.advance(fi)
         self._pending.setdefault(tid, []).append(chunk.ChunkFace(fi, pts, inv.copy(), cs, mask_params, crop, owned))
-        self._pending_bytes += 0 if crop is None else crop.nbytes
+        nbytes = 0 if crop is None else crop.nbytes
+        self._pending_bytes += nbytes
+        self._track_bytes[tid] = self._track_bytes.get(tid, 0) + nbytes
+        self._largest_track_bytes = max(self._largest_track_bytes, self._track_bytes[tid])
         self._pending_faces += 1
         return self._pending_faces
 
@@ -257,7 +266,8 @@ class VaultWriter:
             raise ValueError(f"frame {fi} is in a group already written (frames must not go back)")
         if fi == self._frame:
             return
-        if fi >= self._group_end or self._pending_bytes >= MAX_PENDING_BYTES:
+        if (fi >= self._group_end or self._pending_bytes >= MAX_PENDING_BYTES
+                or self._largest_track_bytes >= MAX_TRACK_BYTES):
             self._write_group()
             self._group_start = fi
             self._group_end = fi - fi % self.chunk_frames + self.chunk_frames
@@ -269,7 +279,8 @@ class VaultWriter:
         if self._pending:
             self._queue.put((self._group_start, self._pending))
             self._pending = {}
-            self._pending_bytes = self._pending_faces = 0
+            self._track_bytes = {}
+            self._pending_bytes = self._pending_faces = self._largest_track_bytes = 0
 
     def _drain(self) -> None:
         """Writer thread: encode, encrypt and write groups in order. PyAV releases the GIL while
