@@ -140,8 +140,9 @@ def _open_writer(out: Path | str, source, config: PipelineConfig, keys: RunKeys)
 
 def _run_pipeline(src: str, source, write, config: PipelineConfig, renderer: FrameRenderer,
                   observers: list, summary: RunSummary) -> bool:
-    """Decode, the ``Pipeline`` (detect and track; render on its own thread) and encode on four threads. True: every frame was written; False: Ctrl-C
-    (``summary.interrupted``; the frames already taken are written, the caller keeps the partial output)."""
+    """Decode, the ``Pipeline`` (detect and track; render on its own thread) and encode on four threads.
+    True: every frame was written; False: Ctrl-C (``summary.interrupted``; the frames already taken are
+    written, the caller keeps the partial output)."""
     bar = tqdm(total=source.frame_count, unit="frame", disable=not config.progress,
                desc=Path(src).name if src != "-" else "stdin", dynamic_ncols=True)
     sink = ThreadedSink(write, summary.times)

@@ -55,7 +55,7 @@ class Pipeline:
     ``render_thread``: render, tell the observers and emit on a thread of the pipeline's own, in order
     (``emit`` and the observers are then called from that thread). YuNet and the encoder release the GIL,
     so on two cores the detector of later frames runs beside the render of earlier ones: the crowd pan of
-    benchmarks/crowd.py went from 14.5 to 12.6 s; the frames are identical.
+    benchmarks/crowd.py went from 14.5 to 12.4 s; the frames are identical.
     """
 
     def __init__(self, config: PipelineConfig, renderer: FrameRenderer, *, fps: float, emit: Emit,
