@@ -95,7 +95,7 @@ class FaceFinder:
         if self.cfg.min_face <= 0:
             return None
         longest = max(width, height)
-        fast = self._fast_side(width, height)
+        fast = self.fast_side(width, height)
         if self.cfg.min_face * fast / longest >= SCAN_FACE_PX:
             return None  # the fast pass already sees min_face faces large enough
         side = min(round(longest * SCAN_FACE_PX / self.cfg.min_face), MAX_SCAN_SIDE)
@@ -104,21 +104,26 @@ class FaceFinder:
     def smallest_face(self, width: int, height: int) -> float:
         """Face height (source pixels) the passes look for in a frame of this size."""
         longest = max(width, height)
-        side = self.scan_side(width, height) or self._fast_side(width, height)
+        side = self.scan_side(width, height) or self.fast_side(width, height)
         return SCAN_FACE_PX * longest / side
 
     def fast_floor(self, width: int, height: int) -> float:
         """Face height (source pixels) under which the fast pass is unreliable: it finds such faces
         but also "faces" between them; the small-face scan sees them well."""
-        return SCAN_FACE_PX * max(width, height) / self._fast_side(width, height)
+        return SCAN_FACE_PX * max(width, height) / self.fast_side(width, height)
 
-    def _fast_side(self, width: int, height: int) -> int:
+    def fast_side(self, width: int, height: int) -> int:
         """Longest side of the fast pass's input for a frame of this size."""
         return max(scaled_size(width, height, self.cfg.input_size))
 
+    def detector(self, cfg: DetectConfig) -> Detector:
+        """A detector of this finder's backend with ``cfg`` (another input size or threshold: the scan,
+        and the still passes of detect/still.py)."""
+        return self._create(cfg)
+
     def _scanner(self, side: int) -> Detector:
         if self._scan is None or self._scan_side != side:
-            self._scan = self._create(replace(self.cfg, input_size=side))
+            self._scan = self.detector(replace(self.cfg, input_size=side))
             self._scan_side = side
         return self._scan
 

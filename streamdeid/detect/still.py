@@ -97,7 +97,6 @@ class StillFinder:
         cfg = finder.cfg
         self.threshold = float(cfg.score_threshold)
         self.weak = self.threshold * WEAK_FRACTION
-        self._create = finder._create
         self._detectors: dict[int, Detector] = {}
         self._zoom: Detector | None = None  # native size, the run's threshold
 
@@ -105,7 +104,7 @@ class StillFinder:
         """A weak-threshold detector whose input's longest side is ``side``."""
         if side not in self._detectors:
             cfg = self.finder.cfg
-            self._detectors[side] = self._create(replace(cfg, input_size=side, score_threshold=self.weak))
+            self._detectors[side] = self.finder.detector(replace(cfg, input_size=side, score_threshold=self.weak))
         return self._detectors[side]
 
     def find(self, image: np.ndarray) -> Detections:
@@ -114,7 +113,7 @@ class StillFinder:
         if not h or not w:
             return Detections.empty()
         bright = brighten(image)
-        fast_side = self.finder._fast_side(w, h)
+        fast_side = self.finder.fast_side(w, h)
         side = self.finder.scan_side(w, h) or fast_side
         larger = min(round(side * EXTRA_SCALE), MAX_SCAN_SIDE)
         scan = self._detector(side)
@@ -144,7 +143,7 @@ class StillFinder:
         """The candidates a closer look confirms (score >= the run's threshold), with the closer look's box
         and landmarks."""
         if self._zoom is None:
-            self._zoom = self._create(replace(self.finder.cfg, input_size=0))
+            self._zoom = self.finder.detector(replace(self.finder.cfg, input_size=0))
         h, w = image.shape[:2]
         found = []
         for box in candidates.boxes:
