@@ -96,6 +96,7 @@ def main(verbose: bool) -> None:
 @click.option("--min-face", type=click.IntRange(min=0), default=None, help="Smallest face (height in pixels of the input) to look for. When the fast pass cannot see faces that small, an upscaled scan runs every 0.25 s, on scene cuts and on stills (0: no scan; live feeds put scans off while the machine has no time for them, and the summary says how often). Default 12; the summary line says what was looked for.")
 @click.option("--threshold", type=click.FloatRange(0.05, 0.99), default=None, help="Detector score threshold. Default 0.3 (dark, soft and small faces score low). Lower covers more, with more false positives.")
 @click.option("--hold", type=click.FloatRange(min=0), default=0.5, show_default=True, help="Seconds a lost face stays covered at its predicted position.")
+@click.option("--remember", type=click.FloatRange(min=0), default=1.0, show_default=True, help="Seconds after it was lost that a face's track is remembered (no longer covered), so the face keeps its track (one key, one identity) when it is found again. Up to --hold: forgotten when its cover ends.")
 @click.option("--lookahead", type=click.FloatRange(min=0), default=0.5, show_default=True, help="Seconds a new face is also covered before its first detection.")
 @click.option("--mask", type=click.Choice(["ellipse", "hull"]), default="ellipse", show_default=True, help="Shape of the pasted region.")
 @click.option("--mask-margin", type=click.FloatRange(min=0), default=None, help="Grow the pasted region by this fraction of the face size.")

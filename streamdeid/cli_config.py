@@ -18,6 +18,7 @@ RUN_OPTIONS = {
     "min_face": "detect.min_face",
     "threshold": "detect.score_threshold",
     "hold": "track.hold_seconds",
+    "remember": "track.remember_seconds",
     "lookahead": "lookahead_seconds",
     "method": "anonymize.method",
     "model_path": "anonymize.model_path",

@@ -47,6 +47,11 @@ def detect_cadence(config: "PipelineConfig", guarded: bool) -> int:
 @dataclass
 class TrackConfig:
     hold_seconds: float = 0.5  # keep a lost track covered at its predicted box this long
+    # ... then remember it (uncovered, moved with the camera) until this many seconds after it was
+    # lost, so a face the detector finds again continues its track (one key, one identity) instead of
+    # starting a new one. At most as long as ByteTrack's buffer (30 frames at 30 fps): a longer memory
+    # hands a lost face's track to whoever stands there next more often.
+    remember_seconds: float = 1.0
     high_score: float = 0.6  # ByteTrack first-stage detection score
     # A track whose detections all scored under high_score is reported once it has
     # been matched in this many detector runs (1: at once, the default). With 2 the

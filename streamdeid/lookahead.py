@@ -6,6 +6,8 @@ lets a track that starts at frame t also cover frames t-capacity..t-1 at its
 first known position carried back along the camera's motion (state
 ``"backfilled"``), back to the start of its shot,
 widened the further back it goes (TrackedFace.widened: the face may have moved).
+A track the tracker remembered and continues after frames it did not report
+(track/tracker.py) is back-filled the same way over that gap.
 """
 
 from __future__ import annotations
@@ -21,16 +23,16 @@ class LookaheadBuffer:
     def __init__(self, capacity: int) -> None:
         self.capacity = max(0, int(capacity))
         self._buf: deque[FrameResult] = deque()
-        self._seen: set[int] = set()
 
     def __len__(self) -> int:
         return len(self._buf)
 
     def push(self, result: FrameResult) -> Iterator[FrameResult]:
         """Add a tracked frame; yield the frames that are now old enough to render."""
-        new = [f for f in result.faces if f.track_id not in self._seen]
+        last = {f.track_id for f in self._buf[-1].faces} if self._buf else set()
+        # new tracks, and tracks back after a gap (a remembered track the detector found again)
+        new = [f for f in result.faces if f.track_id not in last]
         if new:
-            self._seen.update(f.track_id for f in new)
             self._backfill(new, result)
         self._buf.append(result)
         while len(self._buf) > self.capacity:
@@ -42,7 +44,8 @@ class LookaheadBuffer:
 
     def _backfill(self, faces: list[TrackedFace], first: FrameResult) -> None:
         """Walk back from the newest buffered frame; stop at a scene cut, since the
-        faces cannot have been there before the shot began."""
+        faces cannot have been there before the shot began, and for each face at the
+        first frame that already has its track."""
         if first.scene_cut:
             return
         # The faces in frame coordinates of each earlier frame: carried back through the camera
@@ -53,7 +56,10 @@ class LookaheadBuffer:
                 inverse = invert(later.motion)
                 here = [f.moved(inverse) for f in here]
             present = {f.track_id for f in earlier.faces}
-            earlier.faces.extend(f.widened(back, "backfilled") for f in here if f.track_id not in present)
+            here = [f for f in here if f.track_id not in present]
+            if not here:
+                return
+            earlier.faces.extend(f.widened(back, "backfilled") for f in here)
             if earlier.scene_cut:
                 return
             later = earlier

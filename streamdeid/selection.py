@@ -38,8 +38,15 @@ class SelectStage:
         refs = load_references(select.references, finder or FaceFinder(DetectConfig()), self.sface)
         self.mode = select.mode
         self.selector = TrackSelector(select.mode, np.stack([r.embedding for r in refs]), fps=fps, confirm=confirm)
+        self._last_ids: set[int] = set()  # tracks on the previous frame
 
     def observe(self, result: FrameResult) -> None:
+        ids = {f.track_id for f in result.faces}
+        for tid in ids - self._last_ids:
+            # back after frames it was not reported (the tracker remembered it): another person may
+            # stand where it was lost, so what was judged before no longer vouches for it
+            self.selector.resumed(tid)
+        self._last_ids = ids
         faces = [f for f in result.faces if judgeable(f)]
         if not faces:
             return

@@ -161,3 +161,23 @@ def test_panning_crowd_keeps_one_track_per_face(media):
     # recall is measured elsewhere (tests/test_recall.py); here: the pan does not lose faces
     # (measured: 1 of the 40 is missed by the detector for its first 6 frames)
     assert found >= 0.97 * inside, (found, inside)
+
+
+def test_face_hidden_for_longer_than_the_hold_keeps_its_track(media):
+    """Real faces (two_people.jpg) covered by a passer-by for 0.8 s: held 0.5 s, remembered, found again."""
+    image = cv2.imread(str(media / "two_people.jpg"))
+    stage = FaceStage(PipelineConfig(), 25.0)
+    first = stage(Frame(0, image.copy(), None, None), StageTimes()).faces
+    assert len(first) >= 2
+    hidden = image.copy()
+    for f in first:  # a grey passer-by in front of each face
+        x1, y1, x2, y2 = f.box.astype(int)
+        hidden[max(y1 - 20, 0):y2 + 20, max(x1 - 20, 0):x2 + 20] = 128
+    ids, shown = set(), []
+    for t in range(1, 40):
+        out = stage(Frame(t, (hidden if 5 <= t < 25 else image).copy(), None, None), StageTimes()).faces
+        ids |= {f.track_id for f in out}
+        shown.append(len(out))
+    assert ids == {f.track_id for f in first}  # no new track when they show again
+    assert shown[-1] == len(first)
+    assert 0 in shown[4:24]  # hidden, past the hold: remembered, not covered

@@ -28,7 +28,7 @@ def test_help_explains_options() -> None:
     proc = run_cli("run", "--help")
     out = proc.stdout.decode()
     assert proc.returncode == 0
-    for opt in ("--detect-every", "--hold", "--lookahead", "--key-file", "--export-tracks", "--crf", "--min-face",
+    for opt in ("--detect-every", "--hold", "--remember", "--lookahead", "--key-file", "--export-tracks", "--crf", "--min-face",
                 "--report", "--skip-existing"):
         assert opt in out
 

@@ -86,3 +86,16 @@ def test_scan_finds_small_faces_the_fast_pass_misses():
     assert len(both) >= 10
     heights = both.boxes[:, 3] - both.boxes[:, 1]
     assert heights.max() < 30
+
+
+def test_a_face_boxed_twice_at_two_scales_keeps_the_larger_box():
+    from streamdeid.detect.finder import drop_nested
+
+    boxes = np.array([[100, 100, 124, 130],  # a face
+                      [90, 95, 136, 150],  # the same face boxed with its hair: it holds the first
+                      [140, 100, 164, 130],  # the neighbour beside it, same size
+                      [300, 300, 340, 350],  # a face ...
+                      [328, 290, 348, 312]], np.float32)  # ... and a small one at its corner
+    lm = np.zeros((5, 5, 2), np.float32)
+    kept = drop_nested(Detections(boxes, np.array([0.9, 0.4, 0.8, 0.9, 0.5]), lm))
+    assert kept.boxes.tolist() == boxes[[1, 2, 3, 4]].tolist()

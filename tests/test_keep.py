@@ -163,3 +163,18 @@ def test_batch_takes_keep(side_by_side):
     left = _covered_share(src, res, slice(0, 320))
     right = _covered_share(src, res, slice(320, 640))
     assert (right > 0.02).all() and (left < 0.005).mean() >= 0.9
+
+
+def test_selector_covers_a_track_that_comes_back_until_it_is_confirmed_anew():
+    ref = np.eye(128, dtype=np.float32)[:1]
+    sel = TrackSelector("keep", ref, fps=25)
+    for f in (0, 2, 4):
+        sel.observe(7, f, 0.9)
+    assert sel.visible(7, 5)
+    sel.resumed(7)  # reported again after frames without it: maybe someone else
+    assert sel.visible(7, 4) and not sel.visible(7, 5) and not sel.visible(7, 30)
+    for f in (30, 31):
+        sel.observe(7, f, 0.9)
+    assert not sel.visible(7, 31)  # two judged frames are not yet a confirmation
+    sel.observe(7, 32, 0.9)
+    assert sel.visible(7, 32)

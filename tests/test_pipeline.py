@@ -298,3 +298,13 @@ def test_render_thread_error_reaches_the_caller_as_raised(media) -> None:
 
     with pytest.raises(OutputClosed, match="went away"):
         _run_pipeline(media, True, emit)
+
+
+def test_lookahead_backfills_the_gap_of_a_track_found_again() -> None:
+    buf = LookaheadBuffer(3)
+    out = []
+    for i in range(9):  # track 7 reported on frames 0-1 and 7-8; remembered, unreported, on 2-6
+        out += list(buf.push(_result(i, [_face(7)] if i in (0, 1, 7, 8) else [])))
+    out += list(buf.drain())
+    states = [[f.state for f in r.faces] for r in out]
+    assert states == [["detected"]] * 2 + [[]] * 2 + [["backfilled"]] * 3 + [["detected"]] * 2

@@ -283,3 +283,39 @@ def test_provisional_detection_is_reported_from_its_second_run():
     tracker.update(None)
     out = tracker.update(dets([face(301, 100, h=20)]), provisional=np.array([True]))
     assert any(f.state == "detected" and f.box[0] > 250 for f in out)
+
+
+def test_face_found_again_after_the_hold_keeps_its_track_until_remember_seconds():
+    fps = 10.0  # hold 0.5 s: 5 frames; remembered until 1.0 s: 10 frames
+    tracker = FaceTracker(fps=fps, config=TrackConfig(hold_seconds=0.5, remember_seconds=1.0))
+    for t in range(5):
+        tracker.update(dets([face(100 + 3 * t, 100)]))  # moving right before it is lost
+    states = [[f.state for f in tracker.update(Detections.empty())] for _ in range(8)]
+    assert states == [["held"]] * 5 + [[]] * 3  # covered for the hold, then only remembered
+    assert tracker.num_tracks == 0  # nothing covered or waiting
+    # found again where it was lost (a remembered track stands still: its velocity is not carried on)
+    (f,) = tracker.update(dets([face(112, 100)]))
+    assert f.track_id == 1 and f.state == "detected"
+    np.testing.assert_allclose(f.box, face(112, 100))
+    (held,) = tracker.update(Detections.empty())  # its motion restarted from the detection
+    assert abs((held.box[0] + held.box[2]) / 2 - 112) < 1.0
+    # lost for longer than remember_seconds: a new track
+    for _ in range(12):
+        tracker.update(Detections.empty())
+    (g,) = tracker.update(dets([face(112, 100)]))
+    assert g.track_id == 2
+
+
+def test_remembered_tracks_end_at_a_cut_and_unreported_ones_are_not_remembered():
+    tracker = FaceTracker(fps=10, config=TrackConfig(hold_seconds=0.2, remember_seconds=1.0))
+    tracker.update(dets([face(100, 100)]))
+    for _ in range(4):
+        tracker.update(Detections.empty())
+    tracker.update(Detections.empty(), cut=True)
+    assert tracker.update(dets([face(100, 100)]))[0].track_id == 2  # the old shot's face is forgotten
+    weak = FaceTracker(fps=10, config=TrackConfig(hold_seconds=0.2, remember_seconds=1.0, confirm_hits=2))
+    weak.update(dets([face(300, 100)], np.array([0.35])))  # never reported
+    for _ in range(4):
+        weak.update(Detections.empty())
+    out = weak.update(dets([face(300, 100)], np.array([0.35])))
+    assert out == []  # a new track (id 2) waiting for its own second sighting

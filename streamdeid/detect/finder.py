@@ -42,6 +42,12 @@ MAX_SCAN_SIDE = 3840
 # face until 3 frames of it leaked; 0.30: 73/74, 1 leak; 0.25: 74/74, none; no brightening: 67/74.
 TARGET_LUMA = 0.25
 MIN_GAMMA = 0.4  # the strongest brightening (gamma < 1 lifts shadows, keeps highlights)
+# A box lying in a larger one (this share of its area inside, its centre within NESTED_CENTRE of the
+# larger box's half-sizes from its centre) is the same face boxed twice, at two scales: NMS keeps both
+# (their IoU is under 0.3 when one is twice the other's height), and each would start a track. On a
+# crowd pan 37 of 4,791 boxes were such, the larger box covers the smaller, and the run kept 10 fewer tracks.
+NESTED_INSIDE = 0.8
+NESTED_CENTRE = 0.5
 
 
 def exposure_gamma(image: np.ndarray) -> float:
@@ -74,6 +80,24 @@ def merge(parts: list[Detections], iou_threshold: float) -> Detections:
     landmarks = np.concatenate([p.landmarks for p in parts])
     keep = nms(boxes, scores, iou_threshold)
     return Detections(boxes[keep], scores[keep], landmarks[keep])
+
+
+def drop_nested(dets: Detections) -> Detections:
+    """``dets`` less the boxes nested in a larger box (NESTED_INSIDE, NESTED_CENTRE): O(N^2) over
+    [N, N] matrices, a crowd's few hundred boxes."""
+    if len(dets) < 2:
+        return dets
+    b = dets.boxes.astype(np.float64)
+    w, h = np.maximum(b[:, 2] - b[:, 0], 1e-3), np.maximum(b[:, 3] - b[:, 1], 1e-3)
+    iw = np.clip(np.minimum(b[:, None, 2], b[None, :, 2]) - np.maximum(b[:, None, 0], b[None, :, 0]), 0, None)
+    ih = np.clip(np.minimum(b[:, None, 3], b[None, :, 3]) - np.maximum(b[:, None, 1], b[None, :, 1]), 0, None)
+    cx, cy = (b[:, 0] + b[:, 2]) / 2, (b[:, 1] + b[:, 3]) / 2
+    # [i, j]: box i's centre from box j's, in j's half-sizes
+    off = np.hypot((cx[:, None] - cx[None, :]) / (w[None, :] / 2), (cy[:, None] - cy[None, :]) / (h[None, :] / 2))
+    area = w * h
+    nested = (iw * ih >= NESTED_INSIDE * area[:, None]) & (area[:, None] < area[None, :]) & (off <= NESTED_CENTRE)
+    drop = nested.any(axis=1)
+    return dets[~drop] if drop.any() else dets
 
 
 class FaceFinder:
@@ -135,7 +159,7 @@ class FaceFinder:
         side = self.scan_side(w, h) if scan and h and w else None
         if side is not None:
             found.append(self.scan_trusted(self._scanner(side).detect(bright), w, h))
-        return merge(found, self.cfg.nms_threshold)
+        return drop_nested(merge(found, self.cfg.nms_threshold))
 
     def scan_trusted(self, dets: Detections, width: int, height: int) -> Detections:
         """An upscaled pass's boxes on a frame of this size, less those it is not trusted for. Each pass is

@@ -9,9 +9,12 @@ turned-away faces give no evidence, never evidence for keeping.
 keep (the listed people stay visible, everyone else is anonymized):
     a track becomes visible after ``CONFIRM`` consecutive judged frames at or
     above ``KEEP_THRESHOLD``; any judged frame below it covers the track again
-    at once (an ID switch after an occlusion), until it is confirmed anew; a
-    visible track that goes ``STALE_SECONDS`` without a judged frame is covered
-    until it is judged again.
+    at once (an ID switch after an occlusion), until it is confirmed anew, and
+    so does the track's return after frames it was not reported (``resumed``:
+    the tracker remembers a lost track for a second, and another person may
+    have stepped where it was lost); a visible track that goes
+    ``STALE_SECONDS`` without a judged frame is covered until it is judged
+    again.
 only (only the listed people are anonymized):
     a track stays anonymized until ``CONFIRM`` judged frames say it is *not* a
     listed person (all below ``ONLY_THRESHOLD``); one judged frame at or above
@@ -108,6 +111,17 @@ class TrackSelector:
                 ev.visible = True
                 ev.intervals.append([ev.streak_start, None])
         ev.ever_visible |= ev.visible
+
+    def resumed(self, track_id: int) -> None:
+        """A track reported again after frames without it: covered from just after its last good
+        judgement until it is confirmed anew (as after a judged frame that disagrees). An ``only``
+        match stays anonymized for good."""
+        ev = self.tracks.get(track_id)
+        if ev is None:
+            return
+        if ev.visible and ev.intervals and ev.intervals[-1][1] is None:
+            ev.intervals[-1][1] = ev.last_agreeing + 1
+        ev.streak, ev.visible = 0, False
 
     def visible(self, track_id: int, frame_index: int) -> bool:
         """Leave this track's face as it is on this frame? False whenever the evidence is not positive."""
