@@ -100,3 +100,26 @@ def test_a_portrait_gets_its_faces_and_few_false_boxes(name: str, faces: int, mo
     print(f"{name}: {len(found)} boxes, heights {np.round(found.boxes[:, 3] - found.boxes[:, 1])}")
     assert len(big) == faces
     assert len(found) <= most
+
+
+def test_the_second_look_is_framed_around_the_tallest_box_on_the_same_face():
+    from streamdeid.detect.still import _largest_agreeing
+
+    cands = np.array([[100, 100, 125, 125], [300, 300, 330, 330]], np.float64)
+    passes = [_dets([[98, 96, 128, 134], [300, 300, 330, 330]], [0.4, 0.5]),
+              _dets([[95, 90, 140, 150], [0, 0, 10, 10]], [0.3, 0.3])]  # 60 px: 2.4x the first candidate
+    windows = _largest_agreeing(cands, passes)
+    assert windows.tolist() == [[98, 96, 128, 134], [300, 300, 330, 330]]
+
+
+def test_a_blurred_face_boxed_at_a_part_of_it_is_found(media):
+    """synthetic_crowd_2.png of benchmarks/recall.py: a dark, blurred 37 px face one pass boxes at 25 px.
+    A look framed around that box blew the face past its crop; the second look, framed around the tallest
+    box a pass put on it, finds it."""
+    from streamdeid.eval.crowd import crowd_pool, default_background, make_crowd
+
+    crowd = make_crowd(crowd_pool(UTK), default_background(media), count=200, seed=2)
+    (k,) = np.flatnonzero(np.abs(crowd.boxes - [413.3, 574.1, 440.9, 611.2]).max(axis=1) < 1)
+    cx, cy = crowd.boxes[k, [0, 2]].mean(), crowd.boxes[k, [1, 3]].mean()
+    boxes = StillFinder(FaceFinder(DetectConfig())).find(crowd.image).boxes
+    assert ((boxes[:, 0] <= cx) & (cx <= boxes[:, 2]) & (boxes[:, 1] <= cy) & (cy <= boxes[:, 3])).any()
