@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import av
 import numpy as np
 import pytest
 
