@@ -28,6 +28,7 @@ import numpy as np
 
 from streamdeid.config import DetectConfig
 from streamdeid.detect.base import Detector, nms, scaled_size
+from streamdeid.track.matching import intersection_matrix
 from streamdeid.types import Detections, StreamdeidError
 
 # Face height (px, at the detector input) from which YuNet finds faces reliably. On synthetic crowds
@@ -89,13 +90,11 @@ def drop_nested(dets: Detections) -> Detections:
         return dets
     b = dets.boxes.astype(np.float64)
     w, h = np.maximum(b[:, 2] - b[:, 0], 1e-3), np.maximum(b[:, 3] - b[:, 1], 1e-3)
-    iw = np.clip(np.minimum(b[:, None, 2], b[None, :, 2]) - np.maximum(b[:, None, 0], b[None, :, 0]), 0, None)
-    ih = np.clip(np.minimum(b[:, None, 3], b[None, :, 3]) - np.maximum(b[:, None, 1], b[None, :, 1]), 0, None)
     cx, cy = (b[:, 0] + b[:, 2]) / 2, (b[:, 1] + b[:, 3]) / 2
     # [i, j]: box i's centre from box j's, in j's half-sizes
     off = np.hypot((cx[:, None] - cx[None, :]) / (w[None, :] / 2), (cy[:, None] - cy[None, :]) / (h[None, :] / 2))
     area = w * h
-    nested = (iw * ih >= NESTED_INSIDE * area[:, None]) & (area[:, None] < area[None, :]) & (off <= NESTED_CENTRE)
+    nested = (intersection_matrix(b, b) >= NESTED_INSIDE * area[:, None]) & (area[:, None] < area[None, :]) & (off <= NESTED_CENTRE)
     drop = nested.any(axis=1)
     return dets[~drop] if drop.any() else dets
 

@@ -104,11 +104,11 @@ def _largest_agreeing(boxes: np.ndarray, passes: list[Detections]) -> np.ndarray
     if not len(boxes) or not every:
         return boxes
     every = np.concatenate(every)
-    height = boxes[:, 3] - boxes[:, 1]
+    height, every_height = boxes[:, 3] - boxes[:, 1], every[:, 3] - every[:, 1]
     agree = iou_matrix(boxes, every) >= AGREE_IOU  # [N, M]
     # ... and at most MAX_WINDOW_GROWTH times as tall: a taller one holds more than this face
-    agree &= (every[:, 3] - every[:, 1])[None, :] <= MAX_WINDOW_GROWTH * height[:, None]
-    tall = np.where(agree, (every[:, 3] - every[:, 1])[None, :], -1.0)
+    agree &= every_height[None, :] <= MAX_WINDOW_GROWTH * height[:, None]
+    tall = np.where(agree, every_height[None, :], -1.0)
     best = every[tall.argmax(axis=1)]
     own = height >= tall.max(axis=1)
     return np.where(own[:, None], boxes, best)

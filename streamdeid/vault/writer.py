@@ -121,8 +121,7 @@ class VaultWriter:
         self._pending: dict[int, list[chunk.ChunkFace]] = {}  # track_id -> faces of the open group
         self._pending_bytes = 0
         self._pending_faces = 0
-        self._largest_track_bytes = 0  # the open group's largest raw crop bytes of one track
-        self._track_bytes: dict[int, int] = {}
+        self._track_bytes: dict[int, int] = {}  # track_id -> raw crop bytes in the open group
         self._group_start = 0  # first frame of the open group; earlier frames are written
         self._group_end = self.chunk_frames
         self._frame = -1  # frame index of the last append/advance
@@ -253,7 +252,6 @@ class VaultWriter:
         nbytes = 0 if crop is None else crop.nbytes
         self._pending_bytes += nbytes
         self._track_bytes[tid] = self._track_bytes.get(tid, 0) + nbytes
-        self._largest_track_bytes = max(self._largest_track_bytes, self._track_bytes[tid])
         self._pending_faces += 1
         return self._pending_faces
 
@@ -267,7 +265,7 @@ class VaultWriter:
         if fi == self._frame:
             return
         if (fi >= self._group_end or self._pending_bytes >= MAX_PENDING_BYTES
-                or self._largest_track_bytes >= MAX_TRACK_BYTES):
+                or max(self._track_bytes.values(), default=0) >= MAX_TRACK_BYTES):
             self._write_group()
             self._group_start = fi
             self._group_end = fi - fi % self.chunk_frames + self.chunk_frames
@@ -280,7 +278,7 @@ class VaultWriter:
             self._queue.put((self._group_start, self._pending))
             self._pending = {}
             self._track_bytes = {}
-            self._pending_bytes = self._pending_faces = self._largest_track_bytes = 0
+            self._pending_bytes = self._pending_faces = 0
 
     def _drain(self) -> None:
         """Writer thread: encode, encrypt and write groups in order. PyAV releases the GIL while
