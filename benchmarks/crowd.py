@@ -27,6 +27,9 @@ Figures:
                    box matched to a pasted face (IoU >= 0.3): tracks per face
                    tracked, reported boxes matching no face (ghosts) and
                    boxes on a face another box already covers (duplicates)
+  deface --thresh  deface run once more at each --deface-thresholds value
+                   (under its default 0.2): its covered area where its
+                   recall comes near streamdeid's, for a fair area comparison
 Writes crowd.json, misses.png (every missed face) and sheet.png (the same
 frames: input, streamdeid, deface) to --out. Nothing is asserted.
 """
@@ -192,6 +195,9 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--run-args", default="--anonymizer solid", help="options for `streamdeid run`")
     ap.add_argument("--code", type=Path, default=None, help="run streamdeid from this source tree (before/after)")
     ap.add_argument("--no-deface", action="store_true", help="do not run deface")
+    ap.add_argument("--deface-thresholds", default="0.05,0.02",
+                    help="also run deface once at each of these --thresh values (comma-separated; '' for none): "
+                         "its covered area where its recall comes near streamdeid's")
     ap.add_argument("--repeat", type=int, default=3, help="timed runs per tool; the median is reported")
     ap.add_argument("--deface-python", default=None, help="Python of a venv with deface (default ~/venv-deface)")
     ap.add_argument("--out", type=Path, default=Path("crowd-out"))
@@ -250,6 +256,29 @@ def run_tools(args, clip: Path, frames: int, faces, in_view: int, deface_exe: st
     return entries, reports, outputs
 
 
+def deface_sweep(args, clip: Path, faces, deface_exe: str) -> list[dict]:
+    """deface run once (untimed) at each of --deface-thresholds: its covered area and recall at thresholds
+    under its default 0.2, to compare the two tools' area where their recall is alike."""
+    rows = []
+    for thresh in (float(v) for v in args.deface_thresholds.split(",") if v.strip()):
+        output = args.out / f"deface_t{thresh:g}.mp4"
+        run_cli([deface_exe, str(clip), "-o", str(output), "--replacewith", "solid", "--thresh", f"{thresh:g}",
+                 "--execution-provider", "CPUExecutionProvider"])
+        report = evaluate(f"deface t{thresh:g}", frame_pairs(clip, output, None), faces)
+        rows.append({"thresh": thresh, "covered_area": round(covered_area(clip, output), 4),
+                     "recall": report.to_json(), "covered": covered_share(report)})
+    return rows
+
+
+def covered_share(report) -> dict[str, float]:
+    """{reference: share of its faces covered}."""
+    out = {}
+    for name in report.sources():
+        counts = report.by_bucket(name).values()
+        out[name] = round(sum(c for c, _ in counts) / max(sum(t for _, t in counts), 1), 4)
+    return out
+
+
 def print_summary(result: dict, reports: list) -> None:
     print()
     print(table(reports))
@@ -264,6 +293,12 @@ def print_summary(result: dict, reports: list) -> None:
         d = result["deface"]
         print(f"deface:     {d['fps']:.2f} fps, covered area {100 * d['covered_area']:.1f}%")
         print(f"speed ratio {s['fps'] / d['fps']:.2f}x, area ratio {s['covered_area'] / d['covered_area']:.2f}x")
+    ours = covered_share(reports[0])
+    for row in result.get("deface_thresholds", []):
+        shares = ", ".join(f"{k} {100 * v:.2f}% (streamdeid {100 * ours.get(k, 0):.2f}%)"
+                           for k, v in row["covered"].items())
+        print(f"deface --thresh {row['thresh']:g}: covered area {100 * row['covered_area']:.1f}% "
+              f"(streamdeid {s['covered_area'] / row['covered_area']:.2f}x of it); faces covered: {shares}")
     if result["tracking_pass"]:
         print("tracking pass:", json.dumps(result["tracking_pass"]))
 
@@ -299,6 +334,8 @@ def main() -> None:
     deface_exe = str(Path(py).parent / "deface") if have_deface and not args.no_deface else None
     entries, reports, outputs = run_tools(args, clip, len(pan), faces, in_view, deface_exe)
     result.update(entries)
+    if deface_exe and args.deface_thresholds:
+        result["deface_thresholds"] = deface_sweep(args, clip, faces, deface_exe)
     result["tracking_pass"] = tracking_pass_of(args)
     print_summary(result, reports)
     write_outputs(args.out, clip, len(pan), outputs, reports[0], result)

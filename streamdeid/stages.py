@@ -71,20 +71,24 @@ class FaceStage:
             h, w = frame.image.shape[:2]
             self.smallest_face = self.finder.smallest_face(w, h)
         provisional = None
+        blind_below = 0.0
         if cut or self._countdown <= 0:
             scan = cut or self._since_scan >= self.scan_every
             if scan and not cut and self.scan_gate is not None and not self.scan_gate():
                 scan = False
                 self.scans_skipped += 1
             dets = self.finder.find(frame.image, scan=scan)
-            if not scan and self.defer_small and len(dets):
-                # Under its floor the fast pass also finds "faces" in the gaps of a crowd (a camera
-                # pan over a synthetic crowd: 8 of its 129 boxes on frame 0, none of them found by
-                # the scan) and they flicker. A track such a box starts is reported from its second
-                # detector run, and the look-ahead covers the frames before. (Not left to the scan:
-                # it misses some faces the fast pass finds.)
+            if not scan:
                 h, w = frame.image.shape[:2]
-                provisional = (dets.boxes[:, 3] - dets.boxes[:, 1]) < self.finder.fast_floor(w, h)
+                # the fast pass alone: a small face it missed was not looked for (track/tracker.py)
+                blind_below = self.finder.fast_floor(w, h)
+                if self.defer_small and len(dets):
+                    # Under its floor the fast pass also finds "faces" in the gaps of a crowd (a camera
+                    # pan over a synthetic crowd: 8 of its 129 boxes on frame 0, none of them found by
+                    # the scan) and they flicker. A track such a box starts is reported from its second
+                    # detector run, and the look-ahead covers the frames before. (Not left to the scan:
+                    # it misses some faces the fast pass finds.)
+                    provisional = (dets.boxes[:, 3] - dets.boxes[:, 1]) < blind_below
             if scan:
                 self._since_scan = 0
             self._countdown = (self.every if len(dets) else self.idle_every) - 1
@@ -96,7 +100,8 @@ class FaceStage:
         motion = self.camera(frame.image) if self.camera is not None else None
         if cut:
             motion = None  # the new shot does not continue the old one
-        faces = self.tracker.update(dets, cut=cut, motion=motion, provisional=provisional)
+        faces = self.tracker.update(dets, cut=cut, motion=motion, provisional=provisional,
+                                    blind_below=blind_below)
         if self.tracker.num_tracks and self._countdown >= self.every:
             self._countdown = self.every - 1  # a tracked face: back to the tracking cadence
         times.add("detect", t1 - t0)

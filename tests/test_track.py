@@ -319,3 +319,21 @@ def test_remembered_tracks_end_at_a_cut_and_unreported_ones_are_not_remembered()
         weak.update(Detections.empty())
     out = weak.update(dets([face(300, 100)], np.array([0.35])))
     assert out == []  # a new track (id 2) waiting for its own second sighting
+
+
+def test_a_run_blind_to_a_small_face_holds_it_unwidened_on_the_same_clock():
+    """A fast pass that cannot see faces under ``blind_below`` did not look for this one: it is carried as
+    between runs (not widened), but its hold still counts from that run, so it ends when it would have."""
+    def run(blind_below):
+        tracker = FaceTracker(fps=10.0, config=TrackConfig(hold_seconds=0.5))
+        tracker.update(dets([face(100, 100)]))
+        out = [tracker.update(Detections.empty(), blind_below=blind_below) for _ in range(6)]
+        return [o[0] if o else None for o in out]
+
+    seen_by, blind_to = run(0.0), run(1000.0)
+    for k, (a, b) in enumerate(zip(seen_by[:5], blind_to[:5]), start=1):
+        assert a.state == b.state == "held"
+        assert not a.between_runs and b.between_runs
+        np.testing.assert_allclose(a.box[2:] - a.box[:2], (b.box[2:] - b.box[:2]) * (1 + UNSEEN_GROWTH * k),
+                                   rtol=1e-4)
+    assert seen_by[5] is None and blind_to[5] is None  # the same hold: 5 frames
