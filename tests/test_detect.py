@@ -213,3 +213,54 @@ def test_scrfd_letterbox_maps_back_to_frame():
     assert len(dets) == 1
     np.testing.assert_allclose(dets.boxes[0], [200, 80, 400, 320], atol=1e-4)
     np.testing.assert_allclose(dets.landmarks[0], np.tile([288, 192], (5, 1)), atol=1e-4)
+
+
+def test_centerface_boxes_the_faces_yunet_does_with_landmarks_in_the_same_order():
+    """The shipped CenterFace model (detect/models) agrees with YuNet on clear faces: same boxes, and its
+    landmarks in YuNet's order (the subject's right eye, on screen left, first), so alignment needs no
+    special case."""
+    centerface = create_detector(DetectConfig(backend="centerface", input_size=0, score_threshold=0.5))
+    yunet = create_detector(DetectConfig(input_size=0, score_threshold=0.7))
+    for name in ("obama.jpg", "two_people.jpg"):
+        image = load(name)
+        a, b = centerface.detect(image), yunet.detect(image)
+        assert len(a) == len(b) >= 1
+        for box, marks in zip(a.boxes, a.landmarks):
+            j = int(np.argmax([box_overlap(box, other) for other in b.boxes]))
+            assert box_overlap(box, b.boxes[j]) > 0.7
+            width = box[2] - box[0]
+            assert np.abs(marks - b.landmarks[j]).max() < 0.1 * width
+            assert marks[0, 0] < marks[1, 0] and marks[2, 1] < marks[3, 1]
+
+
+def box_overlap(a: np.ndarray, b: np.ndarray) -> float:
+    w = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    h = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - w * h
+    return w * h / union
+
+
+@pytest.mark.parametrize("shape", [(363, 641, 3), (9, 17, 3), (1, 1, 3), (2000, 30, 3)])
+def test_centerface_takes_any_frame_size(shape):
+    """The shipped file's input dims are symbolic (the upstream one fixes 32x32); frames are padded to 32s."""
+    image = np.random.default_rng(0).integers(0, 256, shape, dtype=np.uint8)
+    dets = create_detector(DetectConfig(backend="centerface", input_size=0)).detect(image)
+    assert dets.boxes.shape[1:] == (4,) and dets.landmarks.shape[1:] == (5, 2)
+
+
+def test_centerface_decoding_on_a_synthetic_tensor():
+    from streamdeid.detect.centerface import decode
+
+    heat = np.zeros((1, 1, 8, 10), np.float32)
+    heat[0, 0, 3, 5] = 0.9  # one face centred on cell (row 3, col 5)
+    size = np.zeros((1, 2, 8, 10), np.float32)
+    size[0, :, 3, 5] = [np.log(8.0), np.log(4.0)]  # height 32 px, width 16 px
+    offset = np.zeros((1, 2, 8, 10), np.float32)
+    offset[0, :, 3, 5] = [0.25, -0.5]  # (y, x) in cells
+    marks = np.zeros((1, 10, 8, 10), np.float32)
+    marks[0, 0::2, 3, 5], marks[0, 1::2, 3, 5] = 0.5, 0.25  # every landmark at (x 1/4, y 1/2) of the box
+    boxes, scores, landmarks = decode(heat, size, offset, marks, 0.5)
+    cy, cx = (3 + 0.25 + 0.5) * 4, (5 - 0.5 + 0.5) * 4
+    assert np.allclose(boxes, [[cx - 8, cy - 16, cx + 8, cy + 16]])
+    assert np.allclose(scores, [0.9])
+    assert np.allclose(landmarks[0], [[cx - 8 + 4, cy - 16 + 16]] * 5)

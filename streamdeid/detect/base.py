@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+import os
+from typing import Callable, Protocol, runtime_checkable
 
 import cv2
 import numpy as np
@@ -19,6 +20,16 @@ class Detector(Protocol):
     """
 
     def detect(self, image_bgr: np.ndarray) -> Detections: ...
+
+
+def model_file(cfg, bundled: Callable[[], str], name: str) -> str:
+    """The model file a backend loads (``cfg.model_path``, else its bundled one), checked with ``cfg``."""
+    if cfg.input_size < 0:
+        raise StreamdeidError(f"detector input size must be >= 0, got {cfg.input_size}")
+    path = cfg.model_path or bundled()
+    if not os.path.isfile(path):
+        raise StreamdeidError(f"{name} model file not found: {path}")
+    return path
 
 
 def as_bgr(image: np.ndarray) -> np.ndarray:

