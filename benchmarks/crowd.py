@@ -27,6 +27,9 @@ Figures:
                    box matched to a pasted face (IoU >= 0.3): tracks per face
                    tracked, reported boxes matching no face (ghosts) and
                    boxes on a face another box already covers (duplicates)
+  where the area   the covered area split into pasted faces' boxes, a ring of
+    goes           0.4 box sizes around them, and farther from every face (held,
+                   back-filled and false covers off their faces land there)
   deface --thresh  deface run once more at each --deface-thresholds value
                    (under its default 0.2): its covered area where its
                    recall comes near streamdeid's, for a fair area comparison
@@ -113,6 +116,29 @@ def covered_area(original: Path, output: Path) -> float:
     """Mean share of frame pixels changed (same rule as the recall check)."""
     shares = [float(changed_pixels(a, b).mean()) for _, a, b in frame_pairs(original, output)]
     return float(np.mean(shares))
+
+
+# Zones of a frame around the pasted faces, for where_area: a face's box, a ring out to RING box widths
+# (heights) around it, where a cover of that face still belongs, and everything farther from every face.
+RING = 0.4
+
+
+def where_area(original: Path, output: Path, pan: PanClip) -> dict[str, float]:
+    """Mean share of the frame changed inside pasted faces' boxes, in the ring around them and farther
+    (the three sum to covered_area): a cover that follows its face changes the first two; held,
+    back-filled or false covers off every face change the third."""
+    sums = np.zeros(3)
+    frames = 0
+    for t, a, b in frame_pairs(original, output):
+        changed = changed_pixels(a, b)
+        inside, near = np.zeros(changed.shape, bool), np.zeros(changed.shape, bool)
+        for x0, y0, x1, y1 in pan.faces_in(t)[1]:
+            dx, dy = RING * (x1 - x0), RING * (y1 - y0)
+            inside[max(0, int(y0)):max(0, int(np.ceil(y1))), max(0, int(x0)):max(0, int(np.ceil(x1)))] = True
+            near[max(0, int(y0 - dy)):max(0, int(np.ceil(y1 + dy))), max(0, int(x0 - dx)):max(0, int(np.ceil(x1 + dx)))] = True
+        sums += [(changed & inside).mean(), (changed & near & ~inside).mean(), (changed & ~near).mean()]
+        frames += 1
+    return dict(zip(("face_boxes", "ring", "far"), np.round(sums / max(frames, 1), 4).tolist()))
 
 
 def tracking_pass_of(args) -> dict:
@@ -227,14 +253,15 @@ def timed_runs(cmd: list[str], deface_cmd: list[str] | None, repeat: int, code: 
     return statistics.median(ours_s), statistics.median(theirs_s) if deface_cmd else None, log
 
 
-def tool_result(name: str, clip: Path, output: Path, faces, frames: int, seconds: float, extra: dict):
+def tool_result(name: str, clip: Path, output: Path, faces, pan: PanClip, seconds: float, extra: dict):
     """(the tool's entry in crowd.json, its recall report); ``extra`` goes between fps and covered_area."""
     report = evaluate(name, frame_pairs(clip, output, None), faces)
-    return ({"seconds": round(seconds, 1), "fps": round(frames / seconds, 2), **extra,
-             "covered_area": round(covered_area(clip, output), 4), "recall": report.to_json()}, report)
+    return ({"seconds": round(seconds, 1), "fps": round(len(pan) / seconds, 2), **extra,
+             "covered_area": round(covered_area(clip, output), 4), "where_area": where_area(clip, output, pan),
+             "recall": report.to_json()}, report)
 
 
-def run_tools(args, clip: Path, frames: int, faces, in_view: int, deface_exe: str | None):
+def run_tools(args, clip: Path, pan: PanClip, faces, in_view: int, deface_exe: str | None):
     """Both command lines on the clip: ({tool: entry}, recall reports, [(tool, output video)])."""
     ours, theirs = args.out / "streamdeid.mp4", args.out / "deface.mp4"
     cmd = [sys.executable, "-m", "streamdeid.cli", "run", str(clip), "-o", str(ours), "--overwrite",
@@ -246,17 +273,17 @@ def run_tools(args, clip: Path, frames: int, faces, in_view: int, deface_exe: st
     ours_s, theirs_s, log = timed_runs(cmd, deface_cmd, args.repeat, args.code)
     m = SUMMARY.search(log)
     tracks = int(m.group(3)) if m else -1
-    entry, report = tool_result("streamdeid", clip, ours, faces, frames, ours_s, {
+    entry, report = tool_result("streamdeid", clip, ours, faces, pan, ours_s, {
         "tracks": tracks, "tracks_per_face_in_view": round(tracks / max(in_view, 1), 2)})
     entries, reports, outputs = {"streamdeid": entry}, [report], [("streamdeid", ours)]
     if deface_cmd:
-        entries["deface"], dreport = tool_result("deface", clip, theirs, faces, frames, theirs_s, {})
+        entries["deface"], dreport = tool_result("deface", clip, theirs, faces, pan, theirs_s, {})
         reports.append(dreport)
         outputs.append(("deface", theirs))
     return entries, reports, outputs
 
 
-def deface_sweep(args, clip: Path, faces, deface_exe: str) -> list[dict]:
+def deface_sweep(args, clip: Path, pan: PanClip, faces, deface_exe: str) -> list[dict]:
     """deface run once (untimed) at each of --deface-thresholds: its covered area and recall at thresholds
     under its default 0.2, to compare the two tools' area where their recall is alike."""
     rows = []
@@ -266,7 +293,8 @@ def deface_sweep(args, clip: Path, faces, deface_exe: str) -> list[dict]:
                  "--execution-provider", "CPUExecutionProvider"])
         report = evaluate(f"deface t{thresh:g}", frame_pairs(clip, output, None), faces)
         rows.append({"thresh": thresh, "covered_area": round(covered_area(clip, output), 4),
-                     "recall": report.to_json(), "covered": covered_share(report)})
+                     "where_area": where_area(clip, output, pan), "recall": report.to_json(),
+                     "covered": covered_share(report)})
     return rows
 
 
@@ -289,6 +317,13 @@ def print_summary(result: dict, reports: list) -> None:
     s = result["streamdeid"]
     print(f"\nstreamdeid: {s['fps']:.2f} fps, {s['tracks']} tracks ({s['tracks_per_face_in_view']} per face in "
           f"view), covered area {100 * s['covered_area']:.1f}%")
+    zones = [("streamdeid", s), ("deface", result.get("deface"))] + [
+        (f"deface --thresh {r['thresh']:g}", r) for r in result.get("deface_thresholds", [])]
+    print(f"where the area goes (share of the frame changed: in pasted faces' boxes / in a ring of {RING:g} "
+          "box sizes around them / farther from every face):")
+    for name, entry in zones:
+        if entry:
+            print(f"  {name:22s} " + " / ".join(f"{100 * v:.1f}%" for v in entry["where_area"].values()))
     if "deface" in result:
         d = result["deface"]
         print(f"deface:     {d['fps']:.2f} fps, covered area {100 * d['covered_area']:.1f}%")
@@ -332,10 +367,10 @@ def main() -> None:
     result: dict = {"clip": clip.name, "frames": len(pan), "camera_px_per_frame": round(pan.speed(), 2),
                     "faces_in_view": in_view, "run_args": args.run_args}
     deface_exe = str(Path(py).parent / "deface") if have_deface and not args.no_deface else None
-    entries, reports, outputs = run_tools(args, clip, len(pan), faces, in_view, deface_exe)
+    entries, reports, outputs = run_tools(args, clip, pan, faces, in_view, deface_exe)
     result.update(entries)
     if deface_exe and args.deface_thresholds:
-        result["deface_thresholds"] = deface_sweep(args, clip, faces, deface_exe)
+        result["deface_thresholds"] = deface_sweep(args, clip, pan, faces, deface_exe)
     result["tracking_pass"] = tracking_pass_of(args)
     print_summary(result, reports)
     write_outputs(args.out, clip, len(pan), outputs, reports[0], result)

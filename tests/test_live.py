@@ -296,7 +296,11 @@ def test_rtsp_segments_playable_monotonic_faces_covered(rtsp_server: RtspServer,
         pub.end()
     print(summary.line())  # with -s: fps, latency, and how many small-face scans were skipped to keep up
     assert summary.stop_reason == "stop_after" and summary.exit_code == 0
-    assert summary.frames >= 150, summary.line()  # ~8 s at 30 fps, minus the start
+    # What the run read (~8 s at 30 fps, minus the start) is written or reported dropped; how many it
+    # could write depends on this machine's speed (benchmarks/live_soak.py measures it), so only progress
+    # is asserted here, never a frame rate.
+    assert summary.frames_in >= 150, summary.line()
+    assert summary.frames >= 30 and summary.frames + summary.dropped <= summary.frames_in, summary.line()
     assert len(summary.segments) >= 2 and summary.segments == closed == opened
     assert all(p.exists() and not p.with_name(p.stem + ".partial.mp4").exists() for p in summary.segments)
     decoded = _decode_segments(summary.segments)
@@ -425,7 +429,8 @@ def test_rtsp_push_output(rtsp_server: RtspServer, tmp_path: Path) -> None:
         pusher.join(timeout=20)
     finally:
         pub.end()
-    assert len(got) >= 60 and src.width == 640 and src.height == 360
+    # 4 s of the pushed stream: it flows and has the source's size (its frame rate is the machine's)
+    assert len(got) >= 20 and src.width == 640 and src.height == 360
 
 
 @needs_server
@@ -448,7 +453,9 @@ def test_soak_memory_flat_and_drops_reported(rtsp_server: RtspServer, tmp_path: 
                            _live(segment_time=3.0, stop_after=30.0, stats_interval=5), observers=[sample])
     finally:
         pub.end()
-    assert summary.frames > 600 and summary.dropped >= 0
+    # 30 s read, every frame written or reported dropped, and the run kept writing (not a frame rate)
+    assert summary.frames_in > 600, summary.line()
+    assert summary.frames >= 100 and summary.frames + summary.dropped <= summary.frames_in, summary.line()
     warm = [kb for t, kb in rss if t - rss[0][0] >= 8]
     growth_mb = (max(warm[len(warm) // 2:]) - min(warm[: len(warm) // 2])) / 1024
     print(f"soak: {summary.line()}; RSS {warm[0] / 1024:.0f} -> {warm[-1] / 1024:.0f} MB")

@@ -69,6 +69,8 @@ MAX_WINDOW_GROWTH = 1.8
 # it added, to the YuNet passes, 4 of the 5 faces >= 24 px they missed (seeds 0-8) and 2 of 3 plus one
 # 16-24 px face (held-out seeds 20-28), with no false box, 0.4-0.6 s a 1280x720 still; at 0.3, one face
 # fewer on each. On the shared photos and clip frames it put no box where the YuNet passes had none.
+# That is at the default --threshold (DetectConfig.score_threshold, 0.3); another run threshold scales it
+# (--threshold 0.6: 0.4), so a user who asks for fewer, surer boxes gets them from both detectors.
 CENTERFACE_THRESHOLD = 0.2
 # YuNet's landmarks: right eye, left eye, nose tip, right and left mouth corner (the subject's).
 # A mirrored image swaps the subject's sides.
@@ -134,6 +136,7 @@ class StillFinder:
         cfg = finder.cfg
         self.threshold = float(cfg.score_threshold)
         self.weak = self.threshold * WEAK_FRACTION
+        self.centerface_threshold = min(0.95, CENTERFACE_THRESHOLD * self.threshold / DetectConfig.score_threshold)
         self._detectors: dict[int, Detector] = {}
         self._zoom: Detector | None = None  # native size, the run's threshold
         self._centerface: dict[int, Detector] = {}  # by input side (0: native)
@@ -176,7 +179,7 @@ class StillFinder:
         side = 0 if max(image.shape[:2]) <= MAX_SCAN_SIDE else MAX_SCAN_SIDE
         if side not in self._centerface:
             self._centerface[side] = CenterFaceDetector(DetectConfig(
-                backend="centerface", input_size=side, score_threshold=CENTERFACE_THRESHOLD))
+                backend="centerface", input_size=side, score_threshold=self.centerface_threshold))
         other = self._centerface[side].detect(image)
         if len(other) and len(yunet):
             other = other[iou_matrix(other.boxes, yunet.boxes).max(axis=1) < AGREE_IOU]
