@@ -16,7 +16,6 @@ from pathlib import Path
 
 import cv2
 import numpy as np
-import onnxruntime as ort
 
 from streamdeid.config import DetectConfig
 from streamdeid.detect.base import as_bgr, model_file, nms, scaled_size
@@ -64,6 +63,8 @@ class CenterFaceDetector:
         cfg = cfg or DetectConfig(backend="centerface")
         self.cfg = cfg
         self.model_path = path = model_file(cfg, bundled_centerface_path, "CenterFace")
+        import onnxruntime as ort  # here, not at import: only stills load CenterFace, and every run imports detect
+
         options = ort.SessionOptions()
         options.log_severity_level = 3  # the model lists its initializers as inputs: ORT warns about each
         try:
