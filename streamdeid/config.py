@@ -64,6 +64,9 @@ class TrackConfig:
     # Follow the camera: estimate the frame-to-frame motion of the picture and move every track with
     # it (track/camera_motion.py). Off: a panning camera fragments tracks and leaves ghost covers.
     camera_motion: bool = True
+    # Look for a held or back-filled face's pixels (from its last detection) where it is guessed to be,
+    # and draw it there unwidened when they are found (track/appearance.py). Off: every guess widens.
+    match_templates: bool = True
 
 
 @dataclass

@@ -7,7 +7,10 @@ first known position carried back along the camera's motion (state
 ``"backfilled"``), back to the start of its shot,
 widened the further back it goes (TrackedFace.widened: the face may have moved).
 A track the tracker remembered and continues after frames it did not report
-(track/tracker.py) is back-filled the same way over that gap.
+(track/tracker.py) is back-filled the same way over that gap. With ``match_templates``
+the face's pixels at the detection are looked for near each back-filled box
+(track/appearance.py): where they are found the cover goes on them, unwidened, and
+the walk back goes on from there; where they are not, it is widened as above.
 """
 
 from __future__ import annotations
@@ -15,13 +18,15 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterator
 
+from .track.appearance import find, moved_to, template_of
 from .track.camera_motion import invert
 from .types import FrameResult, TrackedFace
 
 
 class LookaheadBuffer:
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, *, match_templates: bool = False) -> None:
         self.capacity = max(0, int(capacity))
+        self.match_templates = match_templates
         self._buf: deque[FrameResult] = deque()
 
     def __len__(self) -> int:
@@ -50,6 +55,8 @@ class LookaheadBuffer:
             return
         # The faces in frame coordinates of each earlier frame: carried back through the camera
         # motion of every frame in between (a panning camera moved them across the picture).
+        templates = {f.track_id: template_of(first.frame.image, f.box) for f in faces
+                     if self.match_templates and f.state == "detected"}
         here, later = faces, first
         for back, earlier in enumerate(reversed(self._buf), start=1):
             if later.motion is not None:
@@ -59,7 +66,15 @@ class LookaheadBuffer:
             here = [f for f in here if f.track_id not in present]
             if not here:
                 return
-            earlier.faces.extend(f.widened(back, "backfilled") for f in here)
+            here = [self._found(f, templates.get(f.track_id), earlier) for f in here]
+            earlier.faces.extend(f if f.matched else f.widened(back, "backfilled") for f in here)
             if earlier.scene_cut:
                 return
             later = earlier
+
+    @staticmethod
+    def _found(face: TrackedFace, template, earlier: FrameResult) -> TrackedFace:
+        """``face`` moved onto its template's match in ``earlier`` (back-filled, matched), or as it was."""
+        box = find(earlier.frame.image, template, face.box) if template is not None else None
+        return moved_to(face, box, "backfilled") if box is not None else TrackedFace(
+            face.track_id, face.box, face.landmarks, face.score, face.state)

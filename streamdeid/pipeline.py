@@ -64,7 +64,7 @@ class Pipeline:
                  scan_gate: Callable[[], bool] | None = None, render_thread: bool = False) -> None:
         if lookahead_frames is None:
             lookahead_frames = round(config.lookahead_seconds * fps)
-        self.buffer = LookaheadBuffer(lookahead_frames)
+        self.buffer = LookaheadBuffer(lookahead_frames, match_templates=config.track.match_templates)
         self.faces = FaceStage(config, fps, guarded=renderer.guard is not None,
                                lookahead_frames=self.buffer.capacity, scan_gate=scan_gate)
         self.render = RenderStage(renderer, observers, summary)

@@ -45,6 +45,9 @@ UNCERTAIN_GROWTH = 1.3
 # margin. Those frames are half of all covers, so the margin sets most of the covered area (a crowd
 # pan: 1.3 made the covers 2.4x the face box, 1.15 1.9x, deface's ellipses 1.3x).
 BETWEEN_RUNS_GROWTH = 1.15
+# A held or back-filled face whose pixels were found where it is drawn (TrackedFace.matched,
+# track/appearance.py) is where a detection would put it, to a template pixel (3% of a large face).
+MATCHED_GROWTH = 1.05
 
 # Crop sides a scale-free anonymizer's small faces get, smallest first, and how many crop pixels per
 # pixel of face height they must have (the face box spans about 0.57 of the crop: at 2 a 20 px face
@@ -203,8 +206,8 @@ class FrameRenderer:
         if face.state != "detected":
             # A predicted (held) or back-filled position is a guess: the face may
             # have moved, so cover a larger area around it.
-            box, landmarks = scaled_about_centre(box, landmarks,
-                                                 BETWEEN_RUNS_GROWTH if face.between_runs else UNCERTAIN_GROWTH)
+            growth = MATCHED_GROWTH if face.matched else BETWEEN_RUNS_GROWTH if face.between_runs else UNCERTAIN_GROWTH
+            box, landmarks = scaled_about_centre(box, landmarks, growth)
         size = self._crop_side(box)
         fit = template_fit(landmarks, box)
         if fit is not None:

@@ -10,13 +10,17 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 
+import numpy as np
+
 from .config import PipelineConfig, detect_cadence
 from .detect.finder import FaceFinder
 from .render import FrameRenderer, PastedFace
 from .scenecut import SceneCutDetector
 from .summary import RunSummary, StageTimes
 from .track import FaceTracker
+from .track.appearance import TemplateStore, find
 from .track.camera_motion import CameraMotion
+from .track.tracker import Locate
 from .types import Frame, FrameResult
 
 FrameObserver = Callable[[FrameResult, list[PastedFace]], None]
@@ -58,6 +62,7 @@ class FaceStage:
         self.tracker = FaceTracker(fps=fps, config=track)
         self.scene_cut = SceneCutDetector()
         self.camera = CameraMotion() if config.track.camera_motion else None
+        self.templates = TemplateStore() if config.track.match_templates else None
         self.smallest_face: float | None = None  # set on the first frame
         self.scan_gate = scan_gate
         self.scans_skipped = 0
@@ -101,12 +106,25 @@ class FaceStage:
         if cut:
             motion = None  # the new shot does not continue the old one
         faces = self.tracker.update(dets, cut=cut, motion=motion, provisional=provisional,
-                                    blind_below=blind_below)
+                                    blind_below=blind_below, locate=self._locator(frame.image))
+        if self.templates is not None:
+            self.templates.update(frame.image, faces)
         if self.tracker.num_tracks and self._countdown >= self.every:
             self._countdown = self.every - 1  # a tracked face: back to the tracking cadence
         times.add("detect", t1 - t0)
         times.add("track", time.perf_counter() - t1)
         return FrameResult(frame, faces, scene_cut=cut, motion=motion)
+
+    def _locator(self, image: np.ndarray) -> Locate | None:
+        """The tracker's ``locate`` for this frame: a track's template searched near its guessed box."""
+        store = self.templates
+        if store is None:
+            return None
+
+        def locate(track_id: int, box: np.ndarray) -> np.ndarray | None:
+            template = store.get(track_id)
+            return find(image, template, box) if template is not None else None
+        return locate
 
 
 class RenderStage:

@@ -81,6 +81,8 @@ class TrackedFace:
     seconds) or ``"backfilled"`` (added by the look-ahead buffer to frames
     before the track was first detected). ``between_runs``: held only because
     the detector skipped this frame (the last detector run found the face).
+    ``matched``: held or back-filled, and the face's pixels from its detection were found
+    at this box by template matching (track/appearance.py), so it is not widened.
     """
 
     track_id: int
@@ -89,6 +91,7 @@ class TrackedFace:
     score: float
     state: str = "detected"
     between_runs: bool = False
+    matched: bool = False
 
     def __post_init__(self) -> None:
         self.box = np.asarray(self.box, dtype=np.float32).reshape(4)

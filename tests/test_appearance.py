@@ -1,0 +1,112 @@
+"""Template matching of held and back-filled faces (track/appearance.py) on a real photo."""
+
+import cv2
+import numpy as np
+import pytest
+
+from streamdeid.config import DetectConfig, TrackConfig
+from streamdeid.detect.finder import FaceFinder
+from streamdeid.lookahead import LookaheadBuffer
+from streamdeid.track import FaceTracker
+from streamdeid.track.appearance import TemplateStore, find, template_of
+from streamdeid.types import Frame, FrameResult, TrackedFace
+
+from conftest import load_image
+from test_track import dets, face
+
+
+@pytest.fixture(scope="module")
+def obama():
+    image = load_image("obama.jpg")
+    found = FaceFinder(DetectConfig()).find(image, scan=False)
+    assert len(found) == 1
+    return image, found.boxes[0].astype(np.float64), found.landmarks[0]
+
+
+def shifted(image: np.ndarray, dx: int, dy: int) -> np.ndarray:
+    """The picture moved by (dx, dy) px, as a panning camera moves it (edges replicated)."""
+    m = np.float32([[1, 0, dx], [0, 1, dy]])
+    return cv2.warpAffine(image, m, (image.shape[1], image.shape[0]), borderMode=cv2.BORDER_REPLICATE)
+
+
+def hidden(image: np.ndarray, box: np.ndarray) -> np.ndarray:
+    """The face covered by textured background from beside it (someone walked in front)."""
+    out = image.copy()
+    x1, y1, x2, y2 = box.astype(int)
+    w = x2 - x1
+    out[y1:y2, x1:x2] = image[y1:y2, x1 - w:x1] if x1 >= w else image[y1:y2, x2:x2 + w]
+    return out
+
+
+def test_face_is_found_where_it_moved_and_not_where_it_left(obama):
+    image, box, _ = obama
+    template = template_of(image, box)
+    assert template is not None and template.pixels.shape[0] <= 32
+    size = box[3] - box[1]
+    d = np.array([round(0.08 * size), -round(0.05 * size)])
+    moved = find(shifted(image, *d), template, box)
+    assert moved is not None
+    # templates are at most 32 px tall: a 330 px face is placed to a template pixel, 3% of its size
+    np.testing.assert_allclose(moved, box + np.tile(d, 2), atol=0.03 * size)
+    # moved further than the search reaches, or hidden: not found (the cover stays widened)
+    assert find(shifted(image, round(0.4 * size), 0), template, box) is None
+    assert find(hidden(image, box), template, box) is None
+    # a flat patch is never a template, nor a match
+    grey = np.full_like(image, 128)
+    assert template_of(grey, box) is None
+    assert find(grey, template, box) is None
+
+
+def test_held_face_found_by_its_pixels_is_not_widened():
+    tracker = FaceTracker(fps=25, config=TrackConfig())
+    (first,) = tracker.update(dets([face(200, 150, h=40)]))
+    widened = tracker.update(dets([]))[0]  # a detector run missed it: held, widened
+    assert widened.state == "held" and not widened.matched
+    found = np.array([205.0, 130.0, 245.0, 170.0])
+    asked = []
+
+    def locate(track_id, box):
+        asked.append(track_id)
+        return found
+    (held,) = tracker.update(dets([]), locate=locate)
+    assert asked == [first.track_id]
+    assert held.state == "held" and held.matched
+    np.testing.assert_allclose(held.box, found)
+    (again,) = tracker.update(dets([]), locate=lambda tid, box: None)  # not found: widened again
+    assert not again.matched and (again.box[2] - again.box[0]) > (widened.box[2] - widened.box[0]) > 32  # the box is 32 px wide
+
+
+def test_backfill_follows_the_face_pixels_and_widens_where_they_are_gone(obama):
+    image, box, lm = obama
+    # the camera panned 3 px a frame: frame k shows the face (3 - k) * 3 px to the left of frame 3's;
+    # in frame 0 someone stood in front of it
+    frames = [shifted(image, -3 * (3 - k), 0) for k in range(4)]
+    frames[0] = hidden(frames[0], box + np.array([-9, 0, -9, 0]))
+    for match in (True, False):
+        buf = LookaheadBuffer(5, match_templates=match)
+        for k in range(3):  # no camera motion given: the template alone finds where it was
+            list(buf.push(FrameResult(Frame(k, frames[k], None, None), [])))
+        list(buf.push(FrameResult(Frame(3, frames[3], None, None), [TrackedFace(4, box, lm, 0.9)])))
+        earlier = [r.faces[0] for r in list(buf.drain())[:3]]
+        assert all(f.state == "backfilled" for f in earlier)
+        width = [f.box[2] - f.box[0] for f in earlier]
+        if match:
+            assert [f.matched for f in earlier] == [False, True, True]
+            for k in (1, 2):
+                np.testing.assert_allclose(earlier[k].box, box - [3 * (3 - k), 0, 3 * (3 - k), 0],
+                                           atol=0.03 * (box[3] - box[1]))
+            assert width[0] > width[1] + 1
+        else:
+            assert not any(f.matched for f in earlier)
+            assert width[0] > width[1] > width[2] > box[2] - box[0]
+
+
+def test_templates_follow_detections_and_forget_dropped_tracks(obama):
+    image, box, lm = obama
+    store = TemplateStore()
+    store.update(image, [TrackedFace(1, box, lm, 0.9)])
+    assert store.get(1) is not None
+    store.update(image, [TrackedFace(1, box, lm, 0.9, "held")])  # held: the detection's template stays
+    assert store.get(1) is not None
+    store.update(image, [])
+    assert store.get(1) is None
