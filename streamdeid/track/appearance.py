@@ -17,6 +17,7 @@ the cost: about 30 us a check); the search window reaches SEARCH of the box's si
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import cv2
@@ -33,7 +34,7 @@ MIN_SIDE = 8  # px: a box smaller than this in the frame is not checked
 
 @dataclass
 class Template:
-    pixels: np.ndarray  # [h, w] float32 grey, at ``scale`` x frame pixels
+    pixels: np.ndarray  # [h, w] uint8 grey, at ``scale`` x frame pixels
     scale: float  # template px per frame px (<= 1)
 
 
@@ -62,14 +63,14 @@ def _template(crop: np.ndarray) -> Template | None:
 def find(image: np.ndarray, template: Template, box: np.ndarray) -> np.ndarray | None:
     """Where ``template`` lies in ``image`` within SEARCH of ``box``: the box moved onto the match
     ([4] float64), or None when nothing there correlates MATCH or more."""
-    x1, y1, x2, y2 = np.asarray(box, np.float64).tolist()
+    x1, y1, x2, y2 = (float(v) for v in box)
     bw, bh = x2 - x1, y2 - y1
     if min(bw, bh) < MIN_SIDE:
         return None
     reach = max(2.0, SEARCH * max(bw, bh))
     h, w = image.shape[:2]
-    wx1, wy1 = int(np.floor(x1 - reach)), int(np.floor(y1 - reach))
-    wx2, wy2 = int(np.ceil(x2 + reach)), int(np.ceil(y2 + reach))
+    wx1, wy1 = math.floor(x1 - reach), math.floor(y1 - reach)
+    wx2, wy2 = math.ceil(x2 + reach), math.ceil(y2 + reach)
     if wx1 < 0 or wy1 < 0 or wx2 > w or wy2 > h:
         return None  # at the frame edge: leave the guess as it is
     window = _grey(image[wy1:wy2, wx1:wx2], template.scale)
@@ -120,11 +121,12 @@ class TemplateStore:
 
 
 def _grey(bgr: np.ndarray, scale: float) -> np.ndarray:
-    grey = cv2.cvtColor(np.ascontiguousarray(bgr), cv2.COLOR_BGR2GRAY)
+    """[h, w] uint8 grey of a BGR patch (a view into the frame is fine), scaled by ``scale`` (<= 1)."""
+    grey = cv2.cvtColor(bgr, cv2.COLOR_BGR2GRAY)
     if scale < 1.0:
         grey = cv2.resize(grey, (max(1, round(grey.shape[1] * scale)), max(1, round(grey.shape[0] * scale))),
                           interpolation=cv2.INTER_AREA)
-    return grey.astype(np.float32)
+    return grey
 
 
 def _contrast(grey: np.ndarray) -> float:
