@@ -10,7 +10,8 @@ from .types import FrameResult
 
 
 class TrackExporter:
-    """Writes a JSONL record per covered face: box, score, state and the method used."""
+    """Writes a JSONL record per covered face: box, score, state (and whether a guess was matched) and
+    the method used."""
 
     def __init__(self, path: str | Path, summary=None) -> None:
         """``summary``: the run's RunSummary; its ``decisions`` (--keep/--only) are written at close,
@@ -31,6 +32,8 @@ class TrackExporter:
                 "box": [round(float(v), 1) for v in face.box],
                 "score": round(float(face.score), 4),
                 "state": face.state,
+                # held/backfilled and put on the face's own pixels, not widened (track/appearance.py)
+                "matched": face.matched,
                 # A face whose crop lies wholly outside the frame pastes nothing.
                 "method": methods.get(id(face), "none"),
             }

@@ -61,6 +61,7 @@ def test_synthetic_face_video_is_covered_and_timing_kept(tmp_path: Path, media: 
     rows = [json.loads(line) for line in (tmp_path / "t.jsonl").read_text().splitlines()]
     assert {r["frame"] for r in rows} == set(range(len(pts)))
     assert rows and all(r["method"] == "blur" for r in rows)
+    assert all(isinstance(r["matched"], bool) and not (r["matched"] and r["state"] == "detected") for r in rows)
     assert "10 frames" in proc.stderr.decode() and "irreversible" in proc.stderr.decode()
 
 
