@@ -110,3 +110,54 @@ def test_templates_follow_detections_and_forget_dropped_tracks(obama):
     assert store.get(1) is not None
     store.update(image, [])
     assert store.get(1) is None
+
+
+def test_on_a_panning_crowd_matched_guesses_stay_where_their_face_was_seen(media):
+    """A real pipeline (detect, track, look-ahead) over a synthetic crowd the camera pans across. The
+    crowd stands still, so a guess matched to its face's pixels must lie, on the canvas, where that
+    track's detections lay; and matching makes the guesses' covers smaller."""
+    from dataclasses import replace
+
+    from streamdeid.config import PipelineConfig
+    from streamdeid.eval.crowd import crowd_pool, default_background, make_crowd
+    from streamdeid.eval.pan import make_pan
+    from streamdeid.pipeline import FaceStage, StageTimes
+
+    from conftest import UTK
+
+    crowd = make_crowd(crowd_pool(UTK, limit=60), default_background(media), size=(960, 400), count=60,
+                       face_px=(14, 40), seed=5)
+    clip = make_pan(crowd, (640, 360), frames=30)
+
+    def covers(match: bool) -> list[tuple[np.ndarray, TrackedFace]]:
+        """(box on the canvas, face) of every face reported."""
+        config = PipelineConfig()
+        config = replace(config, track=replace(config.track, match_templates=match))
+        stage = FaceStage(config, clip.fps)
+        buf = LookaheadBuffer(12, match_templates=match)
+        done = []
+        for t in range(len(clip)):
+            done += buf.push(stage(Frame(t, np.ascontiguousarray(clip.frame(t)), None, None), StageTimes()))
+        done += buf.drain()
+        return [(f.box + np.tile(clip.offsets[r.frame.index], 2), f) for r in done for f in r.faces]
+
+    def guesses(faces):
+        return [(c, f) for c, f in faces if f.state != "detected" and not f.between_runs]
+
+    with_match = covers(True)
+    seen: dict[int, list[np.ndarray]] = {}
+    for c, f in with_match:
+        if f.state == "detected":
+            seen.setdefault(f.track_id, []).append(c)
+    matched = [(c, f) for c, f in guesses(with_match) if f.matched]
+    assert len(matched) >= 20, len(matched)
+    for c, f in matched:
+        centre, size = (c[:2] + c[2:]) / 2, c[3] - c[1]
+        off = min(np.abs((d[:2] + d[2:]) / 2 - centre).max() for d in seen[f.track_id])
+        assert off <= max(2.0, 0.1 * size), (f, off)
+        # not widened: as tall as a detection of its track
+        assert min(abs(size - (d[3] - d[1])) for d in seen[f.track_id]) <= 0.05 * size, f
+
+    def area(faces):
+        return sum(float((f.box[2] - f.box[0]) * (f.box[3] - f.box[1])) for _, f in guesses(faces))
+    assert area(with_match) < area(covers(False))
