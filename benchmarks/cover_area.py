@@ -32,11 +32,10 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from recall import MEDIA, UTK  # noqa: E402
+from crowd import add_clip_args, make_clip  # noqa: E402
 
 from streamdeid.config import PipelineConfig  # noqa: E402
-from streamdeid.eval.crowd import crowd_pool, default_background, make_crowd  # noqa: E402
-from streamdeid.eval.pan import PanClip, make_pan  # noqa: E402
+from streamdeid.eval.pan import PanClip  # noqa: E402
 from streamdeid.pipeline import build_renderer, process_frames  # noqa: E402
 from streamdeid.render import PastedFace  # noqa: E402
 from streamdeid.summary import RunSummary  # noqa: E402
@@ -87,10 +86,7 @@ class AreaCounter:
 
 def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--faces", type=int, default=360, help="faces in the crowd (crowd.py's default)")
-    ap.add_argument("--canvas", default="1920x1080", help="crowd canvas WxH (the frame is 1280x720)")
-    ap.add_argument("--frames", type=int, default=75)
-    ap.add_argument("--seed", type=int, default=0)
+    add_clip_args(ap)  # the pan of benchmarks/crowd.py
     ap.add_argument("--no-match", action="store_true", help="TrackConfig.match_templates off")
     ap.add_argument("--json", type=Path, default=None, help="write the split here")
     return ap.parse_args()
@@ -98,10 +94,7 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
-    W, H = (int(v) for v in args.canvas.split("x"))
-    crowd = make_crowd(crowd_pool(UTK), default_background(MEDIA), size=(W, H), count=args.faces,
-                       face_px=(12, 60), seed=args.seed)
-    pan = make_pan(crowd, (1280, 720), frames=args.frames)
+    pan = make_clip(args)
     config = PipelineConfig()
     config = replace(config, anonymize=replace(config.anonymize, method="solid"),
                      track=replace(config.track, match_templates=not args.no_match))

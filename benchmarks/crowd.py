@@ -74,15 +74,31 @@ if TYPE_CHECKING:
 SUMMARY = re.compile(r"(\d+) frames, (\d+) faces, (\d+) tracks")
 
 
-def build_clip(args) -> tuple[Path, PanClip]:
+def add_clip_args(ap: argparse.ArgumentParser) -> None:
+    """The options that make the pan (shared with benchmarks/cover_area.py)."""
+    ap.add_argument("--faces", type=int, default=360, help="faces in the crowd")
+    ap.add_argument("--canvas", default="1920x1080", help="crowd canvas WxH (the frame is 1280x720)")
+    ap.add_argument("--frames", type=int, default=75)
+    ap.add_argument("--seed", type=int, default=0)
+
+
+def make_clip(args) -> PanClip:
+    """The pan the clip options describe (frames in memory, exact)."""
     from streamdeid.eval.crowd import crowd_pool, default_background, make_crowd
-    from streamdeid.eval.pan import make_pan, write_pan
+    from streamdeid.eval.pan import make_pan
 
     W, H = (int(v) for v in args.canvas.split("x"))
     crowd = make_crowd(crowd_pool(UTK), default_background(MEDIA), size=(W, H), count=args.faces,
                        face_px=(12, 60), seed=args.seed)
-    pan = make_pan(crowd, (1280, 720), frames=args.frames)
-    path = args.out / f"crowd_pan_{W}x{H}_{args.faces}_{args.frames}_s{args.seed}.mp4"
+    return make_pan(crowd, (1280, 720), frames=args.frames)
+
+
+def build_clip(args) -> tuple[Path, PanClip]:
+    """make_clip, written to --out as H.264 (once: an existing file is reused)."""
+    from streamdeid.eval.pan import write_pan
+
+    pan = make_clip(args)
+    path = args.out / f"crowd_pan_{args.canvas}_{args.faces}_{args.frames}_s{args.seed}.mp4"
     if not path.exists():
         write_pan(pan, path)
     return path, pan
@@ -213,10 +229,7 @@ def sheet(clip: Path, outputs: list[tuple[str, Path]], frames: list[int], path: 
 
 def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--faces", type=int, default=360, help="faces in the crowd")
-    ap.add_argument("--canvas", default="1920x1080", help="crowd canvas WxH (the frame is 1280x720)")
-    ap.add_argument("--frames", type=int, default=75)
-    ap.add_argument("--seed", type=int, default=0)
+    add_clip_args(ap)
     ap.add_argument("--min-px", type=float, default=12, help="faces at least this high count as 'in view'")
     ap.add_argument("--run-args", default="--anonymizer solid", help="options for `streamdeid run`")
     ap.add_argument("--code", type=Path, default=None, help="run streamdeid from this source tree (before/after)")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator
+from dataclasses import replace
 
 from .track.appearance import find, moved_to, template_of
 from .track.camera_motion import invert
@@ -76,5 +77,8 @@ class LookaheadBuffer:
     def _found(face: TrackedFace, template, earlier: FrameResult) -> TrackedFace:
         """``face`` moved onto its template's match in ``earlier`` (back-filled, matched), or as it was."""
         box = find(earlier.frame.image, template, face.box) if template is not None else None
-        return moved_to(face, box, "backfilled") if box is not None else TrackedFace(
-            face.track_id, face.box, face.landmarks, face.score, face.state)
+        if box is not None:
+            return moved_to(face, box, "backfilled")
+        # not found here: a match on a later frame does not carry over (without camera motion
+        # nothing else makes a new face for this frame)
+        return replace(face, matched=False)

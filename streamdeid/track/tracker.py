@@ -132,7 +132,6 @@ class FaceTracker:
         self._kf = KalmanFilter()
         self._tracks: list[_Track] = []
         self._next_id = 1
-        self._locate: Locate | None = None
 
     @property
     def num_tracks(self) -> int:
@@ -158,12 +157,11 @@ class FaceTracker:
         see a face (see the module docstring). ``locate(track_id, box)``: where the track's face
         is found near its predicted ``box`` in this frame (track/appearance.py), or None; a held
         face it finds is put there and not widened."""
-        self._locate = locate
         self._predict(motion)
         self._age()
         if dets is None:
             self._tracks = [t for t in self._tracks if self._kept(t)]
-            return [self._held(t) for t in self._tracks if t.confirmed and t.lost_age <= self.hold_frames]
+            return [self._held(t, locate) for t in self._tracks if t.confirmed and t.lost_age <= self.hold_frames]
 
         boxes, scores, landmarks = dets.boxes, dets.scores, dets.landmarks
         matched, left_dets = self._associate(boxes, scores)
@@ -180,7 +178,7 @@ class FaceTracker:
                              provisional is not None and bool(provisional[di])) for di in unmatched]
         det_of = {id(self._tracks[ti]): di for ti, di in matched.items()}
         det_of.update({id(t): di for t, di in zip(new_tracks, unmatched)})
-        return self._report(self._tracks + new_tracks, det_of, dets, cut, blind_below)
+        return self._report(self._tracks + new_tracks, det_of, dets, cut, blind_below, locate)
 
     def _age(self) -> None:
         """One more frame since each track's last match, and since a run first missed it (if one did)."""
@@ -219,10 +217,11 @@ class FaceTracker:
         return matched, left_dets
 
     def _report(self, tracks: list[_Track], det_of: dict[int, int], dets: Detections,
-                cut: bool, blind_below: float = 0.0) -> list[TrackedFace]:
+                cut: bool, blind_below: float = 0.0, locate: Locate | None = None) -> list[TrackedFace]:
         """The faces to cover on a detector frame, and the tracks kept for the next one. ``det_of``:
         {id(track): detection index} of the tracks a detection continued or started; the others are
-        held while within ``hold_frames`` of the run that first missed them (dropped at once at a cut)."""
+        held while within ``hold_frames`` of the run that first missed them (dropped at once at a cut).
+        ``locate``: see update."""
         out: list[TrackedFace] = []
         kept: list[_Track] = []
         for t in tracks:
@@ -239,7 +238,7 @@ class FaceTracker:
             if cut or not self._kept(t):
                 continue
             if t.confirmed and t.lost_age <= self.hold_frames:
-                out.append(self._held(t))
+                out.append(self._held(t, locate))
             kept.append(t)
         self._tracks = kept
         return out
@@ -267,7 +266,8 @@ class FaceTracker:
         for t, m, c, h in zip(self._tracks, mean, cov, height):
             t.mean, t.cov, t.height = m, c, float(h)
 
-    def _held(self, t: _Track) -> TrackedFace:
+    @staticmethod
+    def _held(t: _Track, locate: Locate | None) -> TrackedFace:
         """The predicted face, widened by the frames since a detector run first missed it (between
         runs, the frames the detector skips, it is not widened: it was seen at the last run), unless
         ``locate`` finds the face's pixels near it: then it is put on them, not widened. (Looking
@@ -276,7 +276,7 @@ class FaceTracker:
         face = TrackedFace(t.track_id, t.box(), t.held_landmarks(), t.score, "held", between_runs=not t.unseen)
         if not t.unseen:
             return face
-        found = self._locate(t.track_id, face.box) if self._locate is not None else None
+        found = locate(t.track_id, face.box) if locate is not None else None
         return moved_to(face, found) if found is not None else face.widened(t.unseen, "held")
 
 
