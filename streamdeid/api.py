@@ -99,7 +99,8 @@ def _anonymize_video(src: str, out: Path | str, config: PipelineConfig, keys: Ru
     if vault_path is not None and not store_crops and reversible is None:
         raise StreamdeidError(f"--no-crops stores no face pixels, so only a reversible anonymizer (dbaf) can be "
                               f"recovered from its vault, not {renderer.anonymizer.name}")
-    with open_source(src) as source:
+    # a vault of face pixels stores the decoder's own planes (video/planes.py)
+    with open_source(src, keep_planes=vault_path is not None and store_crops) as source:
         writer = _open_writer(out, source, config, keys)
         vault_writer = None
         try:

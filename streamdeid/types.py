@@ -22,6 +22,19 @@ class OutputClosed(StreamdeidError):
     """The reader of the output pipe (``-o -``) hung up: the run stops, as Unix tools do on EPIPE."""
 
 
+@dataclass(frozen=True)
+class Yuv420:
+    """A decoded picture's (or a rectangle of it) 4:2:0 planes, as the decoder gave them, and how they
+    convert to BGR. ``y`` [h, w], ``u`` and ``v`` [h/2, w/2] uint8; h and w even."""
+
+    y: np.ndarray
+    u: np.ndarray
+    v: np.ndarray
+    pix_fmt: str  # "yuv420p" or "yuvj420p"
+    color_range: int  # FFmpeg's AVColorRange / AVColorSpace values of the source frame
+    colorspace: int
+
+
 @dataclass
 class Frame:
     """One decoded video frame and its timing.
@@ -34,6 +47,10 @@ class Frame:
     image: np.ndarray  # [H, W, 3] uint8 BGR
     pts: int | None
     time_base: Fraction | None
+    # The decoder's own 4:2:0 planes of ``image`` (video/planes.py), kept only when a vault will store
+    # face pixels: the vault encodes those instead of ``image``, which re-converted would cost more bits.
+    # None when not asked for, or when ``image`` is not exactly their conversion (see planes.planes_of).
+    yuv: Yuv420 | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.image.ndim != 3 or self.image.shape[2] != 3 or self.image.dtype != np.uint8:

@@ -21,6 +21,7 @@ from .render import PastedFace
 from .types import Frame, FrameResult, StreamdeidError
 from .vault import MaskParams, VaultWriter, source_fingerprint
 from .video.encoding import is_lossless
+from .video.planes import cut as cut_planes
 
 VIDEO_ID_TAG = "comment"  # container tag that names the vault's video id in the output
 VIDEO_ID_PREFIX = "streamdeid-video-id:"
@@ -58,12 +59,16 @@ class VaultRecorder:
 
     def record(self, frame: Frame, pasted: list[PastedFace]) -> None:
         self.writer.advance(frame.index)  # closes the open chunk group on time, faces or not
+        crops = self.writer.store_crops
+        yuv = frame.yuv if crops and self.writer.takes_planes else None
         for p in pasted:
             generated = self.reversible is not None and p.method == self.reversible
+            x, y, w, h = p.roi
             self.writer.append(
                 p.face.track_id, frame.index, frame.pts, p.aligned.inverse, len(p.aligned.crop),
-                p.original if self.writer.store_crops else None,
-                mask_params=MaskParams(float(p.roi[0]), float(p.roi[1]), generated), owned=p.owned,
+                p.original if crops else None,
+                mask_params=MaskParams(float(x), float(y), generated), owned=p.owned,
+                planes=cut_planes(yuv, x, y, w, h) if yuv is not None else None,
             )
 
 

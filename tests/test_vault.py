@@ -146,7 +146,7 @@ def test_inspect_without_key(vault):
     assert info["header"]["output"] == "out.mp4"
     assert info["header"]["source_fingerprint"] == "sha256-head:ab:1"
     assert info["header"]["algorithms"].startswith("HKDF-SHA256/AES-256-GCM")
-    assert info["header"]["crop_codec"] == "h264-rgb-lossless"
+    assert info["header"]["crop_codec"] == "h264-rgb-lossless/source-yuv420p-lossless"
     assert info["format_version"] == 2
     assert info["track_ids"] == list(TRACKS)
     assert info["frame_records"] == len(truth)

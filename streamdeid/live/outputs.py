@@ -126,7 +126,7 @@ class SegmentRecorder:
             self._rotate(frame)
         start = self._start or 0
         pts = None if frame.pts is None else frame.pts - start
-        local = Frame(self._segment_frames, frame.image, pts, frame.time_base)
+        local = Frame(self._segment_frames, frame.image, pts, frame.time_base, yuv=frame.yuv)
         self._writer.write_frame(local)
         if self._vault is not None:
             self._vault.record(self._segment_frames, local, pasted or [])

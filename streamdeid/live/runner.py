@@ -163,7 +163,7 @@ def run_live(
 
 def _run(source: str, output: str, config: PipelineConfig, live: LiveConfig, summary: LiveSummary,
          stop: threading.Event, hooks: LiveHooks) -> None:
-    src = LiveSource(source, live, stop)
+    src = LiveSource(source, live, stop, keep_planes=hooks.vault_factory is not None)  # segment vaults: planes
     try:
         src.connect()
     except LiveSourceLost:

@@ -135,8 +135,9 @@ class LiveSource:
     """
 
     def __init__(self, url: str, live: LiveConfig, stop: threading.Event | None = None,
-                 opener: Callable[..., VideoSource] = open_source) -> None:
+                 opener: Callable[..., VideoSource] = open_source, keep_planes: bool = False) -> None:
         self.url = url
+        self.keep_planes = keep_planes  # frames carry the decoder's planes (Frame.yuv) for segment vaults
         self.name = redact_url(url) if url != STDIN else "<stdin>"
         self.live = live
         self.stop = stop or threading.Event()
@@ -204,7 +205,9 @@ class LiveSource:
 
     def _open_once(self) -> VideoSource:
         timeout = None if self.url == STDIN else (self.live.connect_timeout, self.live.read_timeout)
-        return self._opener(self.url, format=self.live.input_format, options=self._options(), timeout=timeout)
+        planes = {"keep_planes": True} if self.keep_planes else {}
+        return self._opener(self.url, format=self.live.input_format, options=self._options(), timeout=timeout,
+                            **planes)
 
     def connect(self) -> None:
         """Open the first connection, retrying with backoff; raises ``LiveSourceLost``."""
@@ -312,11 +315,12 @@ class LiveSource:
                     item.packet.dts += shift
                 yield item
                 continue
-            image = item.image
+            image, yuv = item.image, item.yuv
             if (image.shape[1], image.shape[0]) != size:
                 image = cv2.resize(image, size, interpolation=cv2.INTER_AREA)
+                yuv = None  # no longer this image's planes: its faces go to the vault as BGR
             pts = tl.map(item.pts, item.time_base)
-            frame = Frame(index=self._index, image=image, pts=pts, time_base=tl.time_base)
+            frame = Frame(index=self._index, image=image, pts=pts, time_base=tl.time_base, yuv=yuv)
             self._index += 1
             self.counters.frames_in += 1
             yield frame

@@ -13,6 +13,9 @@ from dataclasses import dataclass, field
 import cv2
 import numpy as np
 
+from streamdeid.types import StreamdeidError, Yuv420
+from streamdeid.video.planes import PIX_FMTS
+
 from . import crops
 from . import format as fmt
 
@@ -28,6 +31,10 @@ class ChunkFace:
     mask_params: fmt.MaskParams | None
     crop: np.ndarray | None = field(repr=False)  # uint8 [h, w, 3] BGR or [h, w, 4] BGRA (alpha: owned)
     owned: np.ndarray | None = field(default=None, repr=False)  # [h, w] bool with a BGR crop (as an alpha)
+    # The source's 4:2:0 planes around the crop (video/planes.cut: even coordinates and size) and where
+    # the crop's top-left pixel lies in them (x, y, each 0 or 1). Given, the crop video is made of these.
+    planes: Yuv420 | None = field(default=None, repr=False)
+    planes_at: tuple[int, int] = (0, 0)
 
 
 def _has_mask(face: ChunkFace) -> bool:
@@ -74,16 +81,57 @@ def pack(faces: list[ChunkFace], codec: crops.Codec | None) -> bytes:
     masks = [m for f, m in zip(with_crop, owned) if _has_mask(f)]
     side = b"".join(_geo(f, box_of.get(id(f), (0, 0, 0, 0))) for f in faces) + crops.pack_masks(masks).tobytes()
     side = crops.compress(side)
-    if with_crop and codec is not None:
+    on_planes = _planes_codec(with_crop, codec)
+    planes_head = b""
+    if on_planes is not None:
+        enc, planes_head = _encode_planes(with_crop, owned, boxes, on_planes)
+    elif with_crop and codec is not None:
         cut = [_cut(f.crop, b) for f, b in zip(with_crop, boxes)]
         enc = crops.encode(cut, [_cut(m, b) for m, b in zip(owned, boxes)], codec)
     else:
         enc = crops.EncodedCrops(crops.NO_CODEC, 0, 0, [])
-    parts = [fmt.CHUNK_HEAD.pack(enc.codec, enc.width, enc.height, len(side)), side,
+    parts = [fmt.CHUNK_HEAD.pack(enc.codec, enc.width, enc.height, len(side)), side, planes_head,
              fmt.LEN.pack(len(enc.packets))]
     for p in enc.packets:
         parts += [fmt.LEN.pack(len(p)), p]
     return b"".join(parts)
+
+
+def _planes_codec(faces: list[ChunkFace], codec: crops.Codec | None) -> crops.Codec | None:
+    """``codec``'s twin on the source's planes, when every face brought planes of one kind; else None."""
+    twin = crops.ON_PLANES.get(codec.id) if codec is not None else None
+    if twin is None or not faces or any(f.planes is None for f in faces):
+        return None
+    if len({(f.planes.pix_fmt, f.planes.color_range, f.planes.colorspace) for f in faces}) != 1:
+        return None  # a reconnected live source changed format mid-chunk: the BGR codec takes it
+    return crops.CODECS[twin]
+
+
+def _planes_rect(box: tuple[int, int, int, int], at: tuple[int, int]) -> tuple[int, int, int, int, int, int]:
+    """A crop's owned box (x, y, w, h in the crop) -> the even rectangle of its planes holding it:
+    (x, y, w, h) in the planes and (sx, sy), where the box starts in that rectangle (0 or 1 each)."""
+    bx, by, bw, bh = box
+    px, py = bx + at[0], by + at[1]
+    sx, sy = px % 2, py % 2
+    return px - sx, py - sy, bw + sx + (bw + sx) % 2, bh + sy + (bh + sy) % 2, sx, sy
+
+
+def _encode_planes(faces: list[ChunkFace], owned: list[np.ndarray], boxes: list[tuple[int, int, int, int]],
+                   codec: crops.Codec) -> tuple[crops.EncodedCrops, bytes]:
+    """The crop video made of the faces' planes, and the PLANES head that goes with it."""
+    patches, masks, shifts = [], [], []
+    for f, own, box in zip(faces, owned, boxes):
+        x, y, w, h, sx, sy = _planes_rect(box, f.planes_at)
+        p = f.planes
+        patches.append(Yuv420(p.y[y:y + h, x:x + w], p.u[y // 2:(y + h) // 2, x // 2:(x + w) // 2],
+                              p.v[y // 2:(y + h) // 2, x // 2:(x + w) // 2], p.pix_fmt, p.color_range, p.colorspace))
+        m = np.zeros((h, w), bool)
+        m[sy:sy + box[3], sx:sx + box[2]] = _cut(own, box)
+        masks.append(m)
+        shifts.append(sx | sy << 1)
+    first = faces[0].planes
+    head = fmt.PLANES.pack(PIX_FMTS.index(first.pix_fmt), first.color_range, first.colorspace)
+    return crops.encode_planes(patches, masks, codec), head + bytes(shifts)
 
 
 def unpack(data: bytes, n_faces: int) -> list[ChunkFace]:
@@ -94,6 +142,16 @@ def unpack(data: bytes, n_faces: int) -> list[ChunkFace]:
     side = crops.decompress(data[off:off + side_len])
     off += side_len
     faces, shaped, used = _parse_geo(side, n_faces)
+    codec_info = crops.CODECS.get(codec)
+    if codec != crops.NO_CODEC and codec_info is None:
+        raise StreamdeidError(f"unknown crop codec {codec} (written by a newer streamdeid?)")
+    if codec_info is not None and codec_info.planes:
+        colour = fmt.PLANES.unpack_from(data, off)
+        off += fmt.PLANES.size
+        shifts = data[off:off + len(shaped)]
+        off += len(shaped)
+        if colour[0] >= len(PIX_FMTS) or len(shifts) != len(shaped) or any(b > 3 for b in shifts):
+            raise ValueError("malformed chunk planes head")
     if (len(side) - used) % 4:
         raise ValueError("malformed chunk masks")
     runs = np.frombuffer(side, dtype="<u4", offset=used)
@@ -117,11 +175,28 @@ def unpack(data: bytes, n_faces: int) -> list[ChunkFace]:
         if codec != crops.NO_CODEC or packets:
             raise ValueError("chunk has a video but no crops")
         return faces
-    pixels = crops.decode(crops.EncodedCrops(codec, width, height, packets), [(b[3], b[2]) for *_, b in shaped])
+    if codec_info is None:
+        raise ValueError("chunk has crops but no video")
+    enc = crops.EncodedCrops(codec, width, height, packets)
+    if codec_info.planes:
+        pixels = _decode_planes(enc, shaped, shifts, colour)
+    else:
+        pixels = crops.decode(enc, [(b[3], b[2]) for *_, b in shaped])
     mask_iter = iter(masks)
     for (i, shape, alpha, box), part in zip(shaped, pixels):
         faces[i].crop = _restore(part, shape, box, next(mask_iter) if alpha else None)
     return faces
+
+
+def _decode_planes(enc: crops.EncodedCrops, shaped: list[tuple], shifts: bytes,
+                   colour: tuple[int, int, int]) -> list[np.ndarray]:
+    """Each owned box [bh, bw, 3] BGR, cut from its decoded even rectangle at its shift."""
+    cuts = []
+    for (*_, (_, _, bw, bh)), s in zip(shaped, shifts):
+        sx, sy = s & 1, s >> 1
+        cuts.append((sx, sy, bw, bh, (bh + sy + (bh + sy) % 2, bw + sx + (bw + sx) % 2)))
+    rects = crops.decode_planes(enc, [c[4] for c in cuts], PIX_FMTS[colour[0]], colour[1], colour[2])
+    return [r[sy:sy + bh, sx:sx + bw] for r, (sx, sy, bw, bh, _) in zip(rects, cuts)]
 
 
 def _parse_geo(side: bytes, n_faces: int) -> tuple[list[ChunkFace], list[tuple], int]:

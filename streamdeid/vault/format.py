@@ -34,7 +34,12 @@ time into frame order.
 Chunk payload (plaintext, version 2)::
 
     codec u8 (crops.CODECS, 0: geometry only) | canvas_w u16 | canvas_h u16 | side_len u32
-    | side data (raw LZMA2) | n_packets u32 | (len u32 | H.264 packet)*
+    | side data (raw LZMA2) | [PLANES] | n_packets u32 | (len u32 | H.264 packet)*
+
+    PLANES (codecs fed the source's 4:2:0 planes, 4-6, only) = pix_fmt u8 (video.planes.PIX_FMTS index)
+          | color_range u8 | colorspace u8 (the source frame's, for the conversion back to BGR)
+          | per face with a crop: shift u8 (bit 0: x, bit 1: y; where its box starts in the even
+            rectangle of planes the video holds for it, see chunk._planes_rect)
 
     side data = per face, in frame order: GEO | mask n_mask x f64
                 then, for the faces with an alpha mask: crops.pack_masks runs (u32)
@@ -86,6 +91,7 @@ MIN_FRAME_BODY = NONCE_LEN + TAG_LEN
 CHUNK_CLEAR = struct.Struct("<QIQ")  # last_frame, n_faces, group (first frame of the chunk's group)
 MIN_CHUNK_BODY = CHUNK_CLEAR.size + NONCE_LEN + TAG_LEN
 CHUNK_HEAD = struct.Struct("<BHHI")  # codec, canvas_w, canvas_h, side_len
+PLANES = struct.Struct("<BBB")  # pix_fmt, color_range, colorspace
 GEO = struct.Struct("<QBq6dIIHHHHHHH")
 FLAG_ALPHA = 4
 

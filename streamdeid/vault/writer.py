@@ -13,7 +13,8 @@ import numpy as np
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from streamdeid.keys import derive
-from streamdeid.types import StreamdeidError
+from streamdeid.types import StreamdeidError, Yuv420
+from streamdeid.video.planes import PIX_FMTS
 
 from . import chunk, crops
 from . import format as fmt
@@ -75,6 +76,19 @@ def _checked_owned(owned, crop: np.ndarray) -> np.ndarray:
     if crop.shape[2] != 3 or owned.shape != crop.shape[:2]:
         raise ValueError(f"owned must be [H, W] for a BGR crop_bgr [H, W, 3], got {owned.shape} for {crop.shape}")
     return owned
+
+
+def _checked_planes(planes, crop: np.ndarray) -> tuple[Yuv420, tuple[int, int]]:
+    """``planes`` = (Yuv420, x, y) must hold the crop at (x, y), at even size with half-size chroma."""
+    patch, x, y = planes
+    if not isinstance(patch, Yuv420) or patch.pix_fmt not in PIX_FMTS:
+        raise TypeError("planes must be (Yuv420, x, y) as video.planes.cut gives them")
+    h, w = patch.y.shape
+    half = (h // 2, w // 2)
+    if (h % 2 or w % 2 or patch.u.shape != half or patch.v.shape != half or x not in (0, 1) or y not in (0, 1)
+            or y + crop.shape[0] > h or x + crop.shape[1] > w):
+        raise ValueError(f"planes {patch.y.shape} at ({x}, {y}) do not hold a crop of {crop.shape[:2]}")
+    return patch, (int(x), int(y))
 
 
 class VaultWriter:
@@ -206,6 +220,11 @@ class VaultWriter:
     # ------------------------------------------------------------------ API
 
     @property
+    def takes_planes(self) -> bool:
+        """Whether ``append`` can use the source's planes (its crop codec has a twin fed them)."""
+        return self.codec is not None and self.codec.id in crops.ON_PLANES
+
+    @property
     def record_count(self) -> int:
         return self._seq
 
@@ -219,6 +238,7 @@ class VaultWriter:
         crop_bgr: np.ndarray | None = None,
         mask_params: fmt.MaskParams | None = None,
         owned: np.ndarray | None = None,
+        planes: tuple[Yuv420, int, int] | None = None,
     ) -> int:
         """Buffer one face of one frame for the open group.
 
@@ -231,6 +251,9 @@ class VaultWriter:
         ``mask_params``: where the face was pasted and how it was made (recovery reads them back).
         ``owned``: with a BGR ``crop_bgr``, [H, W] bool: which pixels to restore, as a BGRA
         alpha would say (stored the same way; no BGRA needs building on the caller's thread).
+        ``planes``: the source's 4:2:0 planes around the crop and where the crop starts in them, as
+        ``video.planes.cut`` gives them (taken, not copied): the crop video is then made of these,
+        which the crop must be the exact conversion of (a chunk whose faces all have them).
         Returns the number of faces buffered in the open group.
         """
         # Everything is checked here, in the caller's thread: a bad value found by the writer thread
@@ -247,9 +270,11 @@ class VaultWriter:
         pts = _checked_pts(pts)
         crop = _checked_crop(crop_bgr) if self.store_crops and crop_bgr is not None else None
         owned = _checked_owned(owned, crop) if crop is not None and owned is not None else None
+        patch, at = _checked_planes(planes, crop) if crop is not None and planes is not None else (None, (0, 0))
         self.advance(fi)
-        self._pending.setdefault(tid, []).append(chunk.ChunkFace(fi, pts, inv.copy(), cs, mask_params, crop, owned))
-        nbytes = 0 if crop is None else crop.nbytes
+        self._pending.setdefault(tid, []).append(
+            chunk.ChunkFace(fi, pts, inv.copy(), cs, mask_params, crop, owned, patch, at))
+        nbytes = 0 if crop is None else crop.nbytes + (0 if patch is None else patch.y.nbytes * 3 // 2)
         self._pending_bytes += nbytes
         self._track_bytes[tid] = self._track_bytes.get(tid, 0) + nbytes
         self._pending_faces += 1

@@ -25,11 +25,11 @@ from fractions import Fraction
 from typing import Union
 
 import av
-import numpy as np
 
 from av.video.reformatter import Interpolation
 
 from streamdeid.types import Frame, StreamdeidError
+from streamdeid.video.planes import planes_of, to_bgr
 
 # Input classification and opening live in .inputs; these names stay importable
 # from here because the writers, the CLI and streamdeid.live import them from
@@ -106,10 +106,13 @@ class VideoSource:
     """
 
     def __init__(
-        self, container: av.container.InputContainer, name: str, is_live: bool, accurate_color: bool = False
+        self, container: av.container.InputContainer, name: str, is_live: bool, accurate_color: bool = False,
+        keep_planes: bool = False,
     ) -> None:
         self._container = container
         self._interpolation = ACCURATE_YUV_TO_BGR if accurate_color else None
+        # Frame.yuv for the vault; not with accurate_color, whose conversion is not local (video/planes.py)
+        self._keep_planes = keep_planes and not accurate_color
         self.name = name
         self.is_live = is_live
         self._video = container.streams.video[0]
@@ -309,10 +312,11 @@ class VideoSource:
             self.color = ColorInfo(
                 int(vf.colorspace), int(vf.color_range), int(vf.color_primaries), int(vf.color_trc)
             )
-        image = _to_bgr(vf, self._interpolation)
+        image = to_bgr(vf, self._interpolation)
         time_base = Fraction(vf.time_base) if vf.time_base else self.time_base
         pts = vf.pts if vf.pts is not None else self._guess_pts(time_base)
-        frame = Frame(index=self._index, image=image, pts=pts, time_base=time_base)
+        yuv = planes_of(vf) if self._keep_planes else None
+        frame = Frame(index=self._index, image=image, pts=pts, time_base=time_base, yuv=yuv)
         self._index += 1
         self._last_pts = pts
         self._last_seconds = float(pts * time_base)
@@ -324,16 +328,6 @@ class VideoSource:
             return 0
         rate = self.average_rate or Fraction(25)
         return self._last_pts + max(1, round(1 / (rate * time_base)))
-
-
-def _to_bgr(vf: av.VideoFrame, interpolation: Interpolation | None = None) -> np.ndarray:
-    """Convert with the frame's own matrix and range so full-range (JPEG)
-    sources are not crushed; odd sizes are handled by swscale."""
-    kwargs: dict[str, object] = {"interpolation": interpolation}
-    if not vf.format.is_rgb and vf.color_range:
-        kwargs["src_color_range"] = int(vf.color_range)
-    image = vf.to_ndarray(format="bgr24", **kwargs)
-    return np.ascontiguousarray(image)
 
 
 def _rotation_of(vf: av.VideoFrame) -> int:
@@ -351,6 +345,7 @@ def open_source(
     *,
     options: dict[str, str] | None = None,
     timeout: float | tuple[float, float] | None = None,
+    keep_planes: bool = False,
 ) -> VideoSource:
     """Open a video file, ``-`` for a stream piped into stdin, a network
     stream (``rtsp://``, ``rtmp://``, ``srt://``...) or a V4L2 device
@@ -362,7 +357,8 @@ def open_source(
     exact rounding (see ``ACCURATE_YUV_TO_BGR``). ``options`` go to the
     demuxer/protocol (e.g. ``{"rtsp_transport": "tcp"}``); ``timeout`` is
     PyAV's wall-clock bound in seconds, a float or ``(open, read)``, which
-    also ends a read that hangs inside FFmpeg.
+    also ends a read that hangs inside FFmpeg. ``keep_planes``: frames carry
+    the decoder's 4:2:0 planes too (``Frame.yuv``), for a vault that stores face pixels.
     Raises ``StreamdeidError`` for anything that is not a decodable video.
     """
     try:
@@ -376,7 +372,7 @@ def open_source(
         container.close()
         raise StreamdeidError(f"no video stream in {name}")
     try:
-        return VideoSource(container, name, is_live, accurate_color)
+        return VideoSource(container, name, is_live, accurate_color, keep_planes)
     except StreamdeidError:
         container.close()
         raise
