@@ -26,7 +26,7 @@ from typing import Union
 
 import av
 
-from av.video.reformatter import Interpolation
+from av.video.reformatter import Interpolation, VideoReformatter
 
 from streamdeid.types import Frame, StreamdeidError
 from streamdeid.video.planes import planes_of, to_bgr
@@ -113,6 +113,7 @@ class VideoSource:
         self._interpolation = ACCURATE_YUV_TO_BGR if accurate_color else None
         # Frame.yuv for the vault; not with accurate_color, whose conversion is not local (video/planes.py)
         self._keep_planes = keep_planes and not accurate_color
+        self._reformatter = VideoReformatter()  # keeps swscale's context (and colour tables) across frames
         self.name = name
         self.is_live = is_live
         self._video = container.streams.video[0]
@@ -312,7 +313,7 @@ class VideoSource:
             self.color = ColorInfo(
                 int(vf.colorspace), int(vf.color_range), int(vf.color_primaries), int(vf.color_trc)
             )
-        image = to_bgr(vf, self._interpolation)
+        image = to_bgr(vf, self._interpolation, self._reformatter)
         time_base = Fraction(vf.time_base) if vf.time_base else self.time_base
         pts = vf.pts if vf.pts is not None else self._guess_pts(time_base)
         yuv = planes_of(vf) if self._keep_planes else None
