@@ -125,8 +125,8 @@ class OutputConfig:
     pix_fmt: str | None = None  # None: yuv420p, or BGR for lossless ffv1 / x264 crf 0 (exact recovery)
     overwrite: bool = False
     # Crop codec of the recovery vault (vault.crops.QUALITIES). "auto": lossless when the output is
-    # lossless (so recovery stays bit-exact), else "high" (H.264 4:4:4 crf 8: about 45 dB, far
-    # above what the crf-18 output itself keeps, at a tenth of format 1's PNG size).
+    # lossless (so recovery stays bit-exact), else "high" (H.264 crf 8 of the source's own 4:2:0 planes,
+    # 4:4:4 from BGR where there are none: about 45 dB, far above what the crf-18 output itself keeps).
     vault_quality: str = "auto"
 
 
