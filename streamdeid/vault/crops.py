@@ -234,7 +234,9 @@ def _even_offset(width: int, height: int, shape: tuple[int, int]) -> tuple[int, 
 
 def _planes_frame(yuv: Yuv420, owned: np.ndarray, width: int, height: int, codec: Codec) -> av.VideoFrame:
     """[h, w] planes + [h, w] owned mask -> the encoder's frame: centred on the canvas, unowned samples
-    set to the owned mean. A chroma sample is owned when any of its 2x2 pixels is."""
+    set to the owned mean. A chroma sample is owned when any of its 2x2 pixels is, so along the mask's
+    edge a sample also carries the colour of up to three unowned pixels (as the source video does; no
+    luma of them, which holds the detail)."""
     h, w = yuv.y.shape
     own8 = owned.view(np.uint8) if owned.dtype == bool else owned
     # [h/2, w/2]: the max of the four pixels of each 2x2 (cv2 on strided views: 7x numpy's reshape-max)
