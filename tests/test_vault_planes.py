@@ -56,12 +56,12 @@ def test_planes_are_kept_only_when_asked_and_exact(media):
     assert _frames(clip, 1, keep_planes=True, accurate_color=True)[0].yuv is None  # interpolating: not local
 
 
-def _faces(media, n=20, at_planes=True) -> tuple[list[chunk.ChunkFace], list[np.ndarray]]:
-    """A face-sized crop drifting over hamilton at odd positions, an ellipse owned, as the vault recorder
-    hands them over; and the BGR crops."""
+def _faces(media, n=20, at_planes=True, clip=None, at=(301, 41)) -> tuple[list[chunk.ChunkFace], list[np.ndarray]]:
+    """A face-sized crop drifting over hamilton (or ``clip``) at odd positions, an ellipse owned, as the
+    vault recorder hands them over; and the BGR crops."""
     faces, bgr = [], []
-    for i, frame in enumerate(_frames(media / CLIPS[0], n, keep_planes=True)):
-        x, y, w, h = 301 + i, 41 + (i % 3), 61, 77
+    for i, frame in enumerate(_frames(clip or media / CLIPS[0], n, keep_planes=True)):
+        x, y, w, h = at[0] + i, at[1] + (i % 3), 61, 77
         crop = frame.image[y:y + h, x:x + w].copy()
         own = np.zeros((h, w), np.uint8)
         cv2.ellipse(own, (30, 38), (27, 35), 0, 0, 360, 1, -1)
@@ -135,3 +135,25 @@ def test_unowned_pixels_never_reach_the_crop_video(media):
         bx, by, bw, bh = chunk.owned_box(f.owned)
         owned_area[cy + sy:cy + sy + bh, cx + sx:cx + sx + bw] = f.owned[by:by + bh, bx:bx + bw]
         assert len(np.unique(luma[~owned_area])) == 1
+
+
+def test_full_range_mjpeg_planes_round_trip_exactly(media, tmp_path):
+    """A webcam's MJPEG is yuvj420p (full range, BT.601): its planes come back exactly too."""
+    import av
+
+    from conftest import face_frames
+
+    path = tmp_path / "cam.avi"
+    with av.open(str(path), "w") as c:
+        s = c.add_stream("mjpeg", rate=25)
+        s.width, s.height, s.pix_fmt = 320, 240, "yuvj420p"
+        for img in face_frames(media, 8):
+            for p in s.encode(av.VideoFrame.from_ndarray(img, format="bgr24")):
+                c.mux(p)
+        for p in s.encode():
+            c.mux(p)
+    faces, bgr = _faces(media, n=8, clip=path, at=(121, 61))
+    assert faces[0].planes.pix_fmt == "yuvj420p"
+    data, back = _round_trip(faces, "lossless")
+    assert data[0] == crops.ON_PLANES[crops.QUALITIES["lossless"]]
+    assert all(np.array_equal(b.crop[f.owned][:, :3], c[f.owned]) for f, b, c in zip(faces, back, bgr))
