@@ -107,11 +107,11 @@ class _FileOpener:
     def __init__(self, path: Path, fail: int) -> None:
         self.path, self.fail, self.calls = path, fail, 0
 
-    def __call__(self, url, format=None, options=None, timeout=None):
+    def __call__(self, url, format=None, options=None, timeout=None, keep_planes=False):
         self.calls += 1
         if 1 < self.calls <= 1 + self.fail:
             raise StreamdeidError("connection refused")
-        return open_source(str(self.path))
+        return open_source(str(self.path), keep_planes=keep_planes)
 
 
 def _small_video(path: Path, frames: int = 10, start_pts: int = 5000) -> Path:

@@ -205,9 +205,8 @@ class LiveSource:
 
     def _open_once(self) -> VideoSource:
         timeout = None if self.url == STDIN else (self.live.connect_timeout, self.live.read_timeout)
-        planes = {"keep_planes": True} if self.keep_planes else {}
         return self._opener(self.url, format=self.live.input_format, options=self._options(), timeout=timeout,
-                            **planes)
+                            keep_planes=self.keep_planes)
 
     def connect(self) -> None:
         """Open the first connection, retrying with backoff; raises ``LiveSourceLost``."""

@@ -191,8 +191,8 @@ def _decode_planes(enc: crops.EncodedCrops, shaped: list[tuple], shifts: bytes,
     """Each owned box [bh, bw, 3] BGR, cut from its decoded even rectangle at its shift."""
     cuts = []
     for (*_, (_, _, bw, bh)), s in zip(shaped, shifts):
-        sx, sy = s & 1, s >> 1
-        cuts.append((sx, sy, bw, bh, (bh + sy + (bh + sy) % 2, bw + sx + (bw + sx) % 2)))
+        _, _, w, h, sx, sy = _planes_rect((0, 0, bw, bh), (s & 1, s >> 1))  # as pack made it
+        cuts.append((sx, sy, bw, bh, (h, w)))
     rects = crops.decode_planes(enc, [c[4] for c in cuts], PIX_FMTS[colour[0]], colour[1], colour[2])
     return [r[sy:sy + bh, sx:sx + bw] for r, (sx, sy, bw, bh, _) in zip(rects, cuts)]
 

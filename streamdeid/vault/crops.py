@@ -31,7 +31,7 @@ import numpy as np
 from av.video.reformatter import VideoReformatter
 
 from streamdeid.types import StreamdeidError, Yuv420
-from streamdeid.video.planes import planes_to_bgr, to_bgr
+from streamdeid.video.planes import plane_view, planes_to_bgr, to_bgr
 
 
 @dataclass(frozen=True)
@@ -57,9 +57,9 @@ CODECS = {
     3: Codec(3, "libx264rgb", "h264", "bgr24", {"qp": "0", "preset": "veryfast"}, True),
     # The same qualities fed the decoder's own 4:2:0 planes (when the frames carry them: Frame.yuv).
     # benchmarks/vault.py on the six shared clips, against 1-3: high (crf 8 here too) 10-16% fewer bytes
-    # and +0.4 to +1.5 dB crop PSNR (crf 9 on hamilton / head-pose-male: 6.42x / 1.07x of the source at
-    # 45.7 / 44.6 dB, against 4:4:4's 8.35x / 1.34x at 45.9 / 44.6); small (crf 16) 15-25% fewer bytes
-    # for 0.5-1 dB less; lossless 2.1-2.6x fewer bytes, still bit-exact.
+    # and +0.3 to +1.5 dB crop PSNR (crf 9 on hamilton / head-pose-male: 6.42x / 1.07x of the source at
+    # 45.7 / 44.6 dB, against 4:4:4's 8.35x / 1.34x at 45.9 / 44.6); small (crf 16) 16-24% fewer bytes
+    # for 0.2-0.9 dB less; lossless 2.1-2.7x fewer bytes, still bit-exact.
     4: Codec(4, "libx264", "h264", "yuv420p", {"crf": "8", "preset": "superfast",
                                                "x264-params": "aq-mode=0:mbtree=1:rc-lookahead=20:8x8dct=0"},
              False, planes=True),
@@ -90,7 +90,7 @@ def codec_for(quality: str) -> Codec:
 
 def codec_name(codec: Codec) -> str:
     """Human-readable, for the vault header: e.g. ``h264-yuv444p-crf8``; with its twin on the source's
-    planes, e.g. ``h264-yuv444p-crf8/source-yuv420p-crf10`` (each chunk names the one it used)."""
+    planes, e.g. ``h264-yuv444p-crf8/source-yuv420p-crf8`` (each chunk names the one it used)."""
     name = _one_name(codec)
     twin = ON_PLANES.get(codec.id)
     return name if twin is None else f"{name}/source-{_one_name(CODECS[twin])}"
@@ -123,13 +123,6 @@ def _offset(width: int, height: int, shape: tuple[int, int]) -> tuple[int, int]:
     return (width - shape[1]) // 2, (height - shape[0]) // 2
 
 
-def _plane(frame: av.VideoFrame, i: int, width: int, height: int, channels: int = 1) -> np.ndarray:
-    """Plane ``i`` of ``frame`` as a writable [height, width(, channels)] view (its padding left out)."""
-    p = frame.planes[i]
-    rows = np.frombuffer(p, np.uint8).reshape(-1, p.line_size)[:height, :width * channels]
-    return rows if channels == 1 else rows.reshape(height, width, channels)
-
-
 def _to_frame(crop: np.ndarray, owned: np.ndarray, width: int, height: int, codec: Codec) -> av.VideoFrame:
     """[h, w, 3|4] BGR(A) crop + [h, w] owned mask (bool or uint8, nonzero: owned; a BGRA crop's alpha is
     not read) -> the encoder's frame: the crop centred on a [height, width] canvas, unowned pixels set to
@@ -142,7 +135,7 @@ def _to_frame(crop: np.ndarray, owned: np.ndarray, width: int, height: int, code
     h, w = owned.shape
     frame = av.VideoFrame(width, height, codec.pix_fmt)
     if codec.pix_fmt == "bgr24":
-        canvas = _plane(frame, 0, width, height, 3)
+        canvas = plane_view(frame, 0, width, height, 3)
         canvas[:] = fill
         cv2.copyTo(crop if crop.shape[2] == 3 else cv2.cvtColor(crop, cv2.COLOR_BGRA2BGR), own8,
                    canvas[y:y + h, x:x + w])
@@ -150,7 +143,7 @@ def _to_frame(crop: np.ndarray, owned: np.ndarray, width: int, height: int, code
     ycc = cv2.split(cv2.cvtColor(crop, cv2.COLOR_BGR2YCrCb))  # Y, Cr, Cb (a 4th channel is ignored)
     fill_ycc = cv2.cvtColor(fill, cv2.COLOR_BGR2YCrCb)[0, 0]
     for i, ch in enumerate((0, 2, 1)):  # yuv444p planes: Y, Cb, Cr
-        plane = _plane(frame, i, width, height)
+        plane = plane_view(frame, i, width, height)
         plane[:] = fill_ycc[ch]
         cv2.copyTo(ycc[ch], own8, plane[y:y + h, x:x + w])
     return frame
@@ -164,10 +157,10 @@ def _from_frame(frame: av.VideoFrame, codec: Codec, shape: tuple[int, int]) -> n
     box = (slice(y, y + shape[0]), slice(x, x + shape[1]))
     name = frame.format.name
     if name == "gbrp" and codec.pix_fmt == "bgr24":
-        g, b, r = (_plane(frame, i, width, height)[box] for i in range(3))
+        g, b, r = (plane_view(frame, i, width, height)[box] for i in range(3))
         return cv2.merge((b, g, r))
     if name == "yuv444p" and codec.pix_fmt == "yuv444p":
-        y_, cb, cr = (_plane(frame, i, width, height)[box] for i in range(3))
+        y_, cb, cr = (plane_view(frame, i, width, height)[box] for i in range(3))
         return cv2.cvtColor(cv2.merge((y_, cr, cb)), cv2.COLOR_YCrCb2BGR)
     if codec.pix_fmt == "bgr24":  # any other decoder output: the general (slower) path
         return frame.to_ndarray(format="bgr24")[box]
@@ -246,7 +239,7 @@ def _planes_frame(yuv: Yuv420, owned: np.ndarray, width: int, height: int, codec
     frame = av.VideoFrame(width, height, codec.pix_fmt)
     for i, (src, own) in enumerate(((yuv.y, own8), (yuv.u, own_c), (yuv.v, own_c))):
         ph, pw = src.shape
-        plane = _plane(frame, i, width >> (i > 0), height >> (i > 0))
+        plane = plane_view(frame, i, width >> (i > 0), height >> (i > 0))
         plane[:] = round(cv2.mean(src, mask=own)[0]) if any_owned else 128
         cv2.copyTo(src, own, plane[y >> (i > 0):(y >> (i > 0)) + ph, x >> (i > 0):(x >> (i > 0)) + pw])
     return frame
@@ -273,7 +266,7 @@ def decode_planes(enc: EncodedCrops, shapes: list[tuple[int, int]], pix_fmt: str
             f.color_range, f.colorspace = color_range, colorspace
             out.append(to_bgr(f, reformatter=reformatter)[y:y + h, x:x + w])
             continue
-        box = [_plane(f, i, enc.width >> (i > 0), enc.height >> (i > 0))
+        box = [plane_view(f, i, enc.width >> (i > 0), enc.height >> (i > 0))
                [y >> (i > 0):(y + h) >> (i > 0), x >> (i > 0):(x + w) >> (i > 0)] for i in range(3)]
         out.append(planes_to_bgr(Yuv420(*box, pix_fmt, color_range, colorspace)))  # a yuvj420p source
     return out

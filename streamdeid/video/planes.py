@@ -2,8 +2,8 @@
 
 The vault stores each face's original pixels with a video codec. Fed the BGR image, it has to
 re-encode the colour conversion's rounding and full-resolution chroma that the decoder never had;
-fed the decoder's 4:2:0 planes it encodes what the source video holds: on hamilton, about a third
-fewer bytes at the same PSNR, and a third of the bytes when lossless (benchmarks/vault.py).
+fed the decoder's 4:2:0 planes it encodes what the source video holds: about a fifth fewer bytes at
+the same PSNR, and 0.37-0.48x of the bytes when lossless, on the shared clips (benchmarks/vault.py).
 
 Recovery turns the planes back into BGR with the very conversion the reader used (:func:`to_bgr`),
 which is exact because FFmpeg's default YUV 4:2:0 -> BGR conversion is local: each pixel reads its
@@ -36,10 +36,11 @@ def to_bgr(vf: av.VideoFrame, interpolation: Interpolation | None = None,
     return np.ascontiguousarray(vf.to_ndarray(format="bgr24", **kwargs))
 
 
-def _plane(vf: av.VideoFrame, i: int, width: int, height: int) -> np.ndarray:
-    """Plane ``i`` as a [height, width] view, its row padding left out."""
+def plane_view(vf: av.VideoFrame, i: int, width: int, height: int, channels: int = 1) -> np.ndarray:
+    """Plane ``i`` of ``vf`` as a writable [height, width(, channels)] view, its row padding left out."""
     p = vf.planes[i]
-    return np.frombuffer(p, np.uint8).reshape(-1, p.line_size)[:height, :width]
+    rows = np.frombuffer(p, np.uint8).reshape(-1, p.line_size)[:height, :width * channels]
+    return rows if channels == 1 else rows.reshape(height, width, channels)
 
 
 def planes_of(vf: av.VideoFrame) -> Yuv420 | None:
@@ -48,7 +49,7 @@ def planes_of(vf: av.VideoFrame) -> Yuv420 | None:
     w, h = vf.width, vf.height
     if vf.format.name not in PIX_FMTS or w % 2 or h % 2:
         return None
-    y, u, v = (_plane(vf, i, *size).copy() for i, size in enumerate(((w, h), (w // 2, h // 2), (w // 2, h // 2))))
+    y, u, v = (plane_view(vf, i, *size).copy() for i, size in enumerate(((w, h), (w // 2, h // 2), (w // 2, h // 2))))
     return Yuv420(y, u, v, vf.format.name, int(vf.color_range), int(vf.colorspace))
 
 
@@ -67,7 +68,7 @@ def frame_of(yuv: Yuv420) -> av.VideoFrame:
     h, w = yuv.y.shape
     vf = av.VideoFrame(w, h, yuv.pix_fmt)
     for i, plane in enumerate((yuv.y, yuv.u, yuv.v)):
-        _plane(vf, i, plane.shape[1], plane.shape[0])[:] = plane
+        plane_view(vf, i, plane.shape[1], plane.shape[0])[:] = plane
     vf.color_range = yuv.color_range
     vf.colorspace = yuv.colorspace
     return vf
