@@ -88,6 +88,7 @@ def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_clip_args(ap)  # the pan of benchmarks/crowd.py
     ap.add_argument("--no-match", action="store_true", help="TrackConfig.match_templates off")
+    ap.add_argument("--feather", type=float, default=None, help="BlendConfig.feather (default: the run's)")
     ap.add_argument("--json", type=Path, default=None, help="write the split here")
     return ap.parse_args()
 
@@ -98,6 +99,8 @@ def main() -> None:
     config = PipelineConfig()
     config = replace(config, anonymize=replace(config.anonymize, method="solid"),
                      track=replace(config.track, match_templates=not args.no_match))
+    if args.feather is not None:
+        config = replace(config, blend=replace(config.blend, feather=args.feather))
     counter = AreaCounter(pan)
     t0 = time.perf_counter()
     process_frames((Frame(t, np.ascontiguousarray(pan.frame(t)), t, None) for t in range(len(pan))), config,

@@ -100,6 +100,7 @@ def main(verbose: bool) -> None:
 @click.option("--lookahead", type=click.FloatRange(min=0), default=0.5, show_default=True, help="Seconds a new face is also covered before its first detection.")
 @click.option("--mask", type=click.Choice(["ellipse", "hull"]), default="ellipse", show_default=True, help="Shape of the pasted region.")
 @click.option("--mask-margin", type=click.FloatRange(min=0), default=None, help="Grow the pasted region by this fraction of the face size.")
+@click.option("--mask-feather", type=click.FloatRange(min=0), default=None, help="Width of the pasted region's soft edge, outside the fully covered face, as a fraction of the aligned crop's side. Default 0.02 for blur, mosaic and solid (area changed around every face, little else), 0.08 for dbaf (a generated face's seam fades out).")
 @click.option("--codec", default="libx264", show_default=True, help="Video encoder (e.g. libx264, libx265, ffv1 for lossless).")
 @click.option("--crf", type=click.IntRange(0, 63), default=18, show_default=True, help="Quality for x264/x265 (0 = lossless).")
 @click.option("--preset", default="veryfast", show_default=True, help="x264/x265 speed preset.")

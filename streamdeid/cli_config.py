@@ -26,6 +26,7 @@ RUN_OPTIONS = {
     "leak_threshold": "anonymize.leak_threshold",
     "mask": "blend.mask",
     "mask_margin": "blend.margin",
+    "mask_feather": "blend.feather",
     "codec": "output.codec",
     "crf": "output.crf",
     "preset": "output.preset",

@@ -96,7 +96,7 @@ class FrameRenderer:
         self._fallback = SolidAnonymizer(anonymize)
         # Methods whose crops are one colour (the fallback, and solid when it is the anonymizer).
         self._uniform = {FALLBACK} | ({anonymizer.name} if isinstance(anonymizer, SolidAnonymizer) else set())
-        self._blend = blend
+        self._blend = blend.resolved(generated=bool(anonymizer.color_match))
         self._masks: dict[int, tuple] = {}  # crop side -> ([S, S] soft mask in [0, 1], its support)
         # Classic anonymizers work relative to the crop (blur sigma and mosaic cells in crop units),
         # so a small face gets a small crop: the warps, the fill and the blur cost what its pixels

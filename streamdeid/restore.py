@@ -163,7 +163,7 @@ class _ModelRestore:
         for name, value in (meta.get("blend") or {}).items():  # the run's mask, so the paste covers the same area
             if hasattr(blend, name):
                 setattr(blend, name, value)
-        self._blend = blend
+        self._blend = blend.resolved(generated=True)  # a vault before the feather was per anonymizer
         self._align_margin = float(meta.get("align_margin", 0.4))
         self._masks: dict[int, object] = {}
         self._face_mask = face_mask

@@ -13,7 +13,7 @@ from dataclasses import replace
 import numpy as np
 
 from .config import PipelineConfig, detect_cadence
-from .detect.finder import FaceFinder
+from .detect.finder import FaceFinder, holds_a_centre
 from .render import FrameRenderer, PastedFace
 from .scenecut import SceneCutDetector
 from .summary import RunSummary, StageTimes
@@ -21,7 +21,16 @@ from .track import FaceTracker
 from .track.appearance import TemplateStore, find
 from .track.camera_motion import CameraMotion
 from .track.tracker import Locate
-from .types import Frame, FrameResult
+from .types import Detections, Frame, FrameResult
+
+# A box from the fast pass's floor up, over another box's centre, scoring under this, starts a track
+# reported from its second detector run (FaceStage._provisional); as the still passes' SURE_SCORE
+# (detect/still.py), under which a box needs a second look there. On the crowd pan (benchmarks/crowd.py,
+# solid): 37.8% -> 35.1% of the frame changed, the same CenterFace faces covered (4,191 of 4,194), 31
+# fewer pasted face-frames (faces no cover of their own was on: covered by the cluster's box); every weak
+# box from the floor up, over another box or not: 33.3%, but 7 of hamilton's 20 featureless heads
+# (hand-labelled, uncertain) uncovered (16 -> 9), none with this rule.
+WEAK_SCORE = 0.5
 
 FrameObserver = Callable[[FrameResult, list[PastedFace]], None]
 
@@ -83,17 +92,12 @@ class FaceStage:
                 scan = False
                 self.scans_skipped += 1
             dets = self.finder.find(frame.image, scan=scan)
+            h, w = frame.image.shape[:2]
+            floor = self.finder.fast_floor(w, h)
             if not scan:
-                h, w = frame.image.shape[:2]
-                # the fast pass alone: a small face it missed was not looked for (track/tracker.py)
-                blind_below = self.finder.fast_floor(w, h)
-                if self.defer_small and len(dets):
-                    # Under its floor the fast pass also finds "faces" in the gaps of a crowd (a camera
-                    # pan over a synthetic crowd: 8 of its 129 boxes on frame 0, none of them found by
-                    # the scan) and they flicker. A track such a box starts is reported from its second
-                    # detector run, and the look-ahead covers the frames before. (Not left to the scan:
-                    # it misses some faces the fast pass finds.)
-                    provisional = (dets.boxes[:, 3] - dets.boxes[:, 1]) < blind_below
+                blind_below = floor  # the fast pass alone: a small face it missed was not looked for (tracker.py)
+            if self.defer_small and len(dets):
+                provisional = self._provisional(dets, scan, floor)
             if scan:
                 self._since_scan = 0
             self._countdown = (self.every if len(dets) else self.idle_every) - 1
@@ -114,6 +118,25 @@ class FaceStage:
         times.add("detect", t1 - t0)
         times.add("track", time.perf_counter() - t1)
         return FrameResult(frame, faces, scene_cut=cut, motion=motion)
+
+    @staticmethod
+    def _provisional(dets: Detections, scan: bool, floor: float) -> np.ndarray:
+        """[N] bool: the boxes whose new tracks are reported only from their second detector run (the
+        look-ahead covers the frames before; see TrackConfig.confirm_hits for why not every weak track).
+        ``floor``: the face height (px) under which the fast pass is unreliable (FaceFinder.fast_floor).
+
+        * Under the floor, between small-face scans: the fast pass also finds "faces" in the gaps of a
+          crowd (a camera pan over a synthetic crowd: 8 of its 129 boxes on frame 0, none of them found
+          by the scan) and they flicker. (Not left to the scan: it misses some faces the fast pass finds.)
+        * From the floor up, scoring under WEAK_SCORE, over another box's centre: a box over a cluster
+          of small faces, one of the weak "faces" a crowd makes (on the crowd pan, boxes of 45-120 px
+          seen once, whose tracks were held and back-filled for a second each). Every run sees a box
+          that large, so a real face is boxed again at the next. A weak box over no other box is
+          reported at once as before: hamilton's dark, featureless back-row heads are found once now
+          and then, and seven of them were covered only so (see WEAK_SCORE)."""
+        height = dets.boxes[:, 3] - dets.boxes[:, 1]
+        weak = (dets.scores < WEAK_SCORE) & (height >= floor) & holds_a_centre(dets.boxes)
+        return weak if scan else weak | (height < floor)
 
     def _locator(self, image: np.ndarray) -> Locate | None:
         """The tracker's ``locate`` for this frame: a track's template searched near its guessed box."""

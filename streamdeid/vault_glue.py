@@ -153,7 +153,7 @@ def pipeline_meta(config: PipelineConfig, anonymizer: Anonymizer) -> dict:
         "anonymizer": anonymizer.name,
         "crop_size": config.align.crop_size,
         "align_margin": config.align.margin,
-        "blend": asdict(config.blend),
+        "blend": asdict(config.blend.resolved(generated=bool(anonymizer.color_match))),
     }
     model_path = anonymizer.model_path
     if model_path is not None:

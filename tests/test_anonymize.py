@@ -126,7 +126,7 @@ def sface() -> SFace:
 def test_blur_defeats_sface_on_real_faces(sface):
     align = AlignConfig()
     size = align.crop_size
-    mask = face_mask(size, BlendConfig(), None, align_margin=align.margin)
+    mask = face_mask(size, BlendConfig().resolved(generated=False), None, align_margin=align.margin)  # blur's
     anon = create_anonymizer(AnonymizeConfig(method="blur"))  # at its default strength
     template = canonical_landmarks(size, align.margin)
     checked = 0

@@ -10,6 +10,11 @@ from streamdeid.types import StreamdeidError
 S = AlignConfig().crop_size
 
 
+def _generated(**fields) -> BlendConfig:
+    """A BlendConfig with a generated face's feather (the mask's soft seam), unless ``fields`` set one."""
+    return BlendConfig(**fields).resolved(generated=True)
+
+
 def _face_centre(lm: np.ndarray) -> np.ndarray:
     return (lm[:2].mean(0) + lm[3:].mean(0)) / 2.0
 
@@ -17,7 +22,7 @@ def _face_centre(lm: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("kind", ["ellipse", "hull"])
 @pytest.mark.parametrize("align_margin", [0.25, 0.4])
 def test_mask_covers_face_and_is_zero_at_corners(kind, align_margin):
-    cfg = BlendConfig(mask=kind)
+    cfg = _generated(mask=kind)
     m = face_mask(S, cfg, None, align_margin=align_margin)
     assert m.shape == (S, S) and m.dtype == np.float32
     assert m.min() >= 0.0 and m.max() <= 1.0
@@ -35,7 +40,7 @@ def test_mask_covers_face_and_is_zero_at_corners(kind, align_margin):
 
 @pytest.mark.parametrize("kind", ["ellipse", "hull"])
 def test_feather_is_monotone_and_outside_the_face(kind):
-    cfg = BlendConfig(mask=kind, feather=0.1)
+    cfg = _generated(mask=kind, feather=0.1)
     m = face_mask(S, cfg, None, align_margin=0.4)
     lm = canonical_landmarks(S, 0.4)
     c = _face_centre(lm)
@@ -49,21 +54,21 @@ def test_feather_is_monotone_and_outside_the_face(kind):
         assert v[0] == 1.0
     # Soft edge exists but never eats into the face: growing the feather keeps
     # the full-coverage zone identical.
-    hard = face_mask(S, BlendConfig(mask=kind, feather=0.0), None, align_margin=0.4)
+    hard = face_mask(S, _generated(mask=kind, feather=0.0), None, align_margin=0.4)
     assert ((m > 0) & (m < 1)).sum() > 100
     np.testing.assert_array_equal(m == 1.0, hard == 1.0)
     assert set(np.unique(hard)) <= {0.0, 1.0}
 
 
 def test_margin_grows_the_mask_and_landmarks_place_it():
-    small = face_mask(S, BlendConfig(margin=0.0), None, align_margin=0.4)
-    big = face_mask(S, BlendConfig(margin=0.2), None, align_margin=0.4)
+    small = face_mask(S, _generated(margin=0.0), None, align_margin=0.4)
+    big = face_mask(S, _generated(margin=0.2), None, align_margin=0.4)
     assert (big >= small).all() and (big == 1).sum() > (small == 1).sum()
     # A face shifted/rotated inside the crop moves the mask with it.
     lm = canonical_landmarks(S, 0.5)
     rot = cv2.getRotationMatrix2D((S / 2, S / 2), 30, 1.0)
     lm2 = lm @ rot[:, :2].T + rot[:, 2] + (10, 0)
-    m = face_mask(S, BlendConfig(), lm2)
+    m = face_mask(S, _generated(), lm2)
     for x, y in lm2:
         assert m[int(round(y)), int(round(x))] == 1.0
     assert m[0, 0] == 0.0
@@ -71,10 +76,10 @@ def test_margin_grows_the_mask_and_landmarks_place_it():
 
 def test_mask_errors_and_cache_isolation():
     with pytest.raises(StreamdeidError):
-        face_mask(S, BlendConfig(mask="star"))
-    a = face_mask(S, BlendConfig())
+        face_mask(S, _generated(mask="star"))
+    a = face_mask(S, _generated())
     a[:] = 0  # callers get their own copy
-    assert face_mask(S, BlendConfig()).max() == 1.0
+    assert face_mask(S, _generated()).max() == 1.0
 
 
 def _frame_and_face(face_px: float, centre: tuple[float, float], shape=(360, 640)):
@@ -90,7 +95,7 @@ def _frame_and_face(face_px: float, centre: tuple[float, float], shape=(360, 640
 def test_paste_solid_changes_only_the_face_region():
     frame, lm, inv = _frame_and_face(60, (320, 180))
     before = frame.copy()
-    mask = face_mask(S, BlendConfig())
+    mask = face_mask(S, _generated())
     crop = np.full((S, S, 3), (0, 255, 0), np.uint8)
     roi = paste_back(frame, crop, inv, mask)
     assert roi is not None
@@ -111,7 +116,7 @@ def test_paste_solid_changes_only_the_face_region():
 def test_paste_handles_faces_cut_by_the_border(centre):
     frame, lm, inv = _frame_and_face(60, centre)
     before = frame.copy()
-    mask = face_mask(S, BlendConfig())
+    mask = face_mask(S, _generated())
     crop = np.full((S, S, 3), 7, np.uint8)
     roi = paste_back(frame, crop, inv, mask)
     assert roi is not None
@@ -126,7 +131,7 @@ def test_paste_handles_faces_cut_by_the_border(centre):
 def test_paste_outside_frame_is_a_noop():
     frame, _, inv = _frame_and_face(60, (-300, -300))
     before = frame.copy()
-    assert paste_back(frame, np.zeros((S, S, 3), np.uint8), inv, face_mask(S, BlendConfig())) is None
+    assert paste_back(frame, np.zeros((S, S, 3), np.uint8), inv, face_mask(S, _generated())) is None
     np.testing.assert_array_equal(frame, before)
     assert mask_support(np.zeros((S, S), np.float32)) is None
 
@@ -134,7 +139,7 @@ def test_paste_outside_frame_is_a_noop():
 def test_colour_match_moves_crop_towards_surroundings():
     frame = np.full((200, 200, 3), 200, np.uint8)
     _, _, inv = _frame_and_face(80, (100, 100), shape=(200, 200))
-    mask = face_mask(S, BlendConfig())
+    mask = face_mask(S, _generated())
     crop = np.full((S, S, 3), 20, np.uint8)
     plain, matched = frame.copy(), frame.copy()
     paste_back(plain, crop, inv, mask)
@@ -184,7 +189,7 @@ def test_a_one_colour_crop_is_filled_not_warped_with_the_same_result(centre):
 
     crop = np.empty((64, 64, 3), np.uint8)
     crop[...] = (40, 90, 200)
-    mask = face_mask(64, BlendConfig(), None, align_margin=AlignConfig().margin)
+    mask = face_mask(64, _generated(), None, align_margin=AlignConfig().margin)
     inverse = cv2.getRotationMatrix2D((32, 32), 23, 0.7)
     inverse[:, 2] += np.subtract(centre, (32, 32))
     warped = warp_to_frame(crop, inverse, mask, 120, 100)
@@ -197,3 +202,27 @@ def test_a_one_colour_crop_is_filled_not_warped_with_the_same_result(centre):
     assert 0 <= x and 0 <= y and x + w <= 120 and y + h <= 100
     assert paste_roi(inverse, (0, 0, 64, 64), 120, 100) is not None
     assert paste_roi(np.array([[1, 0, 500.0], [0, 1, 500.0]]), (0, 0, 64, 64), 120, 100) is None  # off frame
+
+
+def test_feather_is_chosen_by_anonymizer_and_never_thins_the_face():
+    """A cover (blur, mosaic, solid) gets COVER_FEATHER, a generated face GENERATED_FEATHER, a set value
+    wins; the fully covered zone is the same whichever, and an unresolved config is refused."""
+    from streamdeid.config import COVER_FEATHER, GENERATED_FEATHER
+    from streamdeid.anonymize import create_anonymizer
+    from streamdeid.config import AnonymizeConfig
+    from streamdeid.render import FrameRenderer
+
+    assert BlendConfig().resolved(generated=False).feather == COVER_FEATHER
+    assert BlendConfig().resolved(generated=True).feather == GENERATED_FEATHER
+    assert BlendConfig(feather=0.05).resolved(generated=True).feather == 0.05
+    cover = face_mask(S, BlendConfig().resolved(generated=False))
+    generated = face_mask(S, BlendConfig().resolved(generated=True))
+    np.testing.assert_array_equal(cover == 1.0, generated == 1.0)
+    assert (cover > 0).sum() < 0.8 * (generated > 0).sum()  # the soft ring is most of a generated mask
+    with pytest.raises(ValueError, match="resolved"):
+        face_mask(S, BlendConfig())
+    anonymize = AnonymizeConfig(method="solid")
+    renderer = FrameRenderer(create_anonymizer(anonymize), align=AlignConfig(), blend=BlendConfig(),
+                             anonymize=anonymize)
+    mask, _ = renderer._mask_for(S)
+    np.testing.assert_array_equal(mask, cover)

@@ -99,3 +99,14 @@ def test_a_face_boxed_twice_at_two_scales_keeps_the_larger_box():
     lm = np.zeros((5, 5, 2), np.float32)
     kept = drop_nested(Detections(boxes, np.array([0.9, 0.4, 0.8, 0.9, 0.5]), lm))
     assert kept.boxes.tolist() == boxes[[1, 2, 3, 4]].tolist()
+
+
+def test_a_box_over_another_face_is_told_apart():
+    from streamdeid.detect.finder import holds_a_centre
+
+    boxes = np.array([[100, 100, 120, 120],  # a face
+                      [90, 90, 150, 150],  # a box over it and more (holds its centre)
+                      [125, 100, 145, 120],  # a neighbour, overlapping the large box, holding no centre
+                      [300, 300, 340, 350]], np.float32)  # alone
+    assert holds_a_centre(boxes).tolist() == [False, True, False, False]
+    assert holds_a_centre(np.zeros((0, 4), np.float32)).tolist() == []

@@ -308,3 +308,57 @@ def test_lookahead_backfills_the_gap_of_a_track_found_again() -> None:
     out += list(buf.drain())
     states = [[f.state for f in r.faces] for r in out]
     assert states == [["detected"]] * 2 + [[]] * 2 + [["backfilled"]] * 3 + [["detected"]] * 2
+
+
+class _ScriptedFinder(_CountingFinder):
+    """A finder that returns the detections given for each frame (none for the others)."""
+
+    def __init__(self, script: dict) -> None:
+        super().__init__(faces=False)
+        self.script = script
+
+    def find(self, image, *, scan: bool):
+        from streamdeid.types import Detections
+
+        super().find(image, scan=scan)
+        boxes, scores = self.script.get(self.frame, ([], []))
+        if not boxes:
+            return Detections.empty()
+        boxes = np.array(boxes, np.float32)
+        centres = (boxes[:, :2] + boxes[:, 2:]) / 2
+        return Detections(boxes, np.array(scores, np.float32), np.repeat(centres[:, None], 5, axis=1))
+
+
+@pytest.mark.parametrize("seen_again", [False, True])
+def test_a_weak_box_over_another_face_waits_for_a_second_run(seen_again: bool) -> None:
+    """From the fast pass's floor up (24 px here), a box scoring under WEAK_SCORE that holds another box's
+    centre (a box over a cluster of faces) is reported from its second detector run; a weak box over no
+    other face is reported at once, as is a sure one over another face."""
+    from streamdeid.stages import WEAK_SCORE
+
+    weak = WEAK_SCORE - 0.1
+    small = [100, 100, 120, 120]  # a face's box; the cluster box holds its centre
+    cluster = [90, 90, 150, 150]
+    alone = [200, 40, 250, 90]
+    sure_over = [95, 95, 140, 145]  # sure, over the small face too (first frame only)
+    script = {0: ([small, cluster, alone], [0.9, weak, weak]), 2: ([small], [0.9]), 4: ([small], [0.9])}
+    if seen_again:
+        script[2] = ([small, cluster], [0.9, weak])
+    stage = _counting_stage(True)
+    stage.finder = _ScriptedFinder(script)
+    frames_of: dict[tuple, set] = {}  # box where the track was first reported -> frames it was reported
+    first_box: dict[int, tuple] = {}
+    for i in range(6):
+        stage.finder.frame = i
+        for f in stage(Frame(i, np.full((240, 320, 3), 100, np.uint8), i, None), StageTimes()).faces:
+            key = first_box.setdefault(f.track_id, tuple(int(v) for v in f.box[:2]))
+            frames_of.setdefault(key, set()).add(i)
+    assert 0 in frames_of[(200, 40)] and 0 in frames_of[(100, 100)]  # at once
+    assert ((90, 90) in frames_of) == seen_again  # the cluster box: only once a second run repeats it ...
+    assert not seen_again or min(frames_of[(90, 90)]) == 2  # ... and from that run (the look-ahead covers before)
+    # a sure box over another face's centre is no cluster artefact: reported at once
+    stage = _counting_stage(True)
+    stage.finder = _ScriptedFinder({0: ([small, sure_over], [0.9, 0.9])})
+    stage.finder.frame = 0
+    result = stage(Frame(0, np.full((240, 320, 3), 100, np.uint8), 0, None), StageTimes())
+    assert len(result.faces) == 2

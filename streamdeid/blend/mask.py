@@ -109,6 +109,8 @@ def _check(size: int, cfg: BlendConfig) -> None:
         raise StreamdeidError(f"crop size must be >= 8, got {size}")
     if cfg.mask not in ("ellipse", "hull"):
         raise StreamdeidError(f"unknown blend mask {cfg.mask!r} (choose ellipse or hull)")
+    if cfg.feather is None:
+        raise ValueError("BlendConfig.feather is unset: pass BlendConfig.resolved(...)")
     if cfg.margin < 0 or cfg.feather < 0:
         raise StreamdeidError("blend margin and feather must be >= 0")
 
@@ -124,13 +126,14 @@ def _canonical_mask(size: int, kind: str, margin: float, feather: float, align_m
 
 def face_mask(size: int, cfg: BlendConfig | None = None, landmarks_in_crop: np.ndarray | None = None,
               *, align_margin: float = AlignConfig.margin) -> np.ndarray:
-    """Soft face mask ``[size, size]`` float32 in [0, 1] for an aligned crop.
+    """Soft face mask ``[size, size]`` float32 in [0, 1] for an aligned crop. ``cfg`` must have its
+    feather set (``BlendConfig.resolved``); None: a generated face's.
 
     ``landmarks_in_crop`` ([5, 2], crop pixels) places the face; ``None`` uses
     the canonical template of an aligned crop made with ``align_margin``
     (cached). The face zone is exactly 1.0; the feather is outside it.
     """
-    cfg = cfg or BlendConfig()
+    cfg = cfg or BlendConfig().resolved(generated=True)
     size = int(size)
     _check(size, cfg)
     if landmarks_in_crop is None:

@@ -99,6 +99,18 @@ def drop_nested(dets: Detections) -> Detections:
     return dets[~drop] if drop.any() else dets
 
 
+def holds_a_centre(boxes: np.ndarray) -> np.ndarray:
+    """[N] bool: the boxes ([N, 4] x1 y1 x2 y2) with another box's centre inside. A face's box holds no
+    other face's centre (the faces would hide each other), so such a box lies over several faces, or is
+    one face boxed twice (drop_nested keeps the larger)."""
+    b = np.asarray(boxes, np.float64).reshape(-1, 4)
+    cx, cy = (b[:, 0] + b[:, 2]) / 2, (b[:, 1] + b[:, 3]) / 2
+    inside = ((cx[None, :] > b[:, 0:1]) & (cx[None, :] < b[:, 2:3])
+              & (cy[None, :] > b[:, 1:2]) & (cy[None, :] < b[:, 3:4]))  # [i, j]: box j's centre in box i
+    np.fill_diagonal(inside, False)
+    return inside.any(axis=1)
+
+
 class FaceFinder:
     """Runs the passes of one detector backend over frames of any size."""
 
