@@ -91,16 +91,37 @@ def face_matrix(landmarks: np.ndarray, size: int = AlignConfig.crop_size,
 
 def box_matrix(box: np.ndarray, size: int = AlignConfig.crop_size, margin: float = AlignConfig.margin) -> np.ndarray:
     """The frame -> crop transform [2, 3] of ``align_box`` (without warping)."""
-    x1, y1, x2, y2 = np.asarray(box, dtype=np.float64).reshape(4)
-    if not np.isfinite([x1, y1, x2, y2]).all():
+    box = np.asarray(box, dtype=np.float64).reshape(4)
+    if not np.isfinite(box).all():
         raise ValueError("box contains NaN/inf")
     if not 0.0 <= margin < 1.0:
         raise ValueError(f"margin must be in [0, 1), got {margin}")
-    side = max(x2 - x1, y2 - y1, 1.0)
-    scale = size * (1.0 - margin) * BOX_SIZE_IN_TEMPLATE / side
-    tx, ty = ((np.array(BOX_CENTER_IN_TEMPLATE) - 0.5) * (1.0 - margin) + 0.5) * size
+    return box_matrices(box[None], np.array([size]), margin)[0]
+
+
+def box_matrices(boxes: np.ndarray, sizes: np.ndarray, margin: float) -> np.ndarray:
+    """``box_matrix`` of N faces at once: boxes [N, 4] float64 (finite), crop sides [N] -> [N, 2, 3]."""
+    x1, y1, x2, y2 = boxes[:, 0], boxes[:, 1], boxes[:, 2], boxes[:, 3]
+    sizes = np.asarray(sizes, np.float64)
+    side = np.maximum(np.maximum(x2 - x1, y2 - y1), 1.0)
+    scale = sizes * (1.0 - margin) * BOX_SIZE_IN_TEMPLATE / side
+    tx = ((BOX_CENTER_IN_TEMPLATE[0] - 0.5) * (1.0 - margin) + 0.5) * sizes
+    ty = ((BOX_CENTER_IN_TEMPLATE[1] - 0.5) * (1.0 - margin) + 0.5) * sizes
     cx, cy = (x1 + x2) / 2, (y1 + y2) / 2
-    return np.array([[scale, 0.0, tx - scale * cx], [0.0, scale, ty - scale * cy]])
+    zero = np.zeros_like(scale)
+    return np.stack([np.stack([scale, zero, tx - scale * cx], -1), np.stack([zero, scale, ty - scale * cy], -1)], 1)
+
+
+def invert_similarities(m: np.ndarray) -> np.ndarray:
+    """The inverses of affine maps [..., 2, 3], as ``cv2.invertAffineTransform`` computes one (same
+    formula, same rounding), for N faces in one call."""
+    a11, a12, b1 = m[..., 0, 0], m[..., 0, 1], m[..., 0, 2]
+    a21, a22, b2 = m[..., 1, 0], m[..., 1, 1], m[..., 1, 2]
+    d = a11 * a22 - a12 * a21
+    d = np.divide(1.0, d, out=np.zeros_like(d), where=d != 0)
+    i11, i22, i12, i21 = a22 * d, a11 * d, -a12 * d, -a21 * d
+    return np.stack([np.stack([i11, i12, -i11 * b1 - i12 * b2], -1),
+                     np.stack([i21, i22, -i21 * b1 - i22 * b2], -1)], -2)
 
 
 def _warp(image: np.ndarray, matrix: np.ndarray, size: int, inverse: np.ndarray | None = None) -> AlignedFace:
@@ -142,19 +163,19 @@ def landmarks_usable(landmarks: np.ndarray, box: np.ndarray, tolerance: float = 
     return template_fit(landmarks, box, tolerance) is not None
 
 
-def crop_matrix(template_matrix: np.ndarray, size: int = AlignConfig.crop_size,
+def crop_matrix(template_matrix: np.ndarray, size: int | np.ndarray = AlignConfig.crop_size,
                 margin: float = AlignConfig.margin) -> np.ndarray:
     """``face_matrix`` from the frame -> ArcFace-112 fit ``template_fit`` returned: the canonical
     template is the ArcFace one scaled by (1 - margin) * size / 112 and shifted by margin * size / 2."""
-    k = (1.0 - margin) * size / 112.0
-    m = np.asarray(template_matrix, dtype=np.float64) * k
-    m[:, 2] += 0.5 * margin * size
+    k = (1.0 - margin) * np.asarray(size, np.float64) / 112.0  # size: a side, or [N] sides for [N, 2, 3] fits
+    m = np.asarray(template_matrix, dtype=np.float64) * np.asarray(k)[..., None, None]
+    m[..., 2] += 0.5 * margin * np.asarray(size, np.float64)[..., None]
     return m
 
 
 def template_fit(landmarks: np.ndarray, box: np.ndarray, tolerance: float = 0.65) -> np.ndarray | None:
     """The frame -> ArcFace-112 similarity [2, 3] of 5 landmarks that look like a face consistent
-    with its box, else None.
+    with its box, else None (``template_fits`` of one face).
 
     Checks: finite; the similarity fit to the template leaves every point
     within ``tolerance`` x the template eye distance (YuNet on real frames,
@@ -162,29 +183,51 @@ def template_fit(landmarks: np.ndarray, box: np.ndarray, tolerance: float = 0.65
     by the fit is between 0.3x and 3x the box height; every landmark lies
     within the box grown by 50 %.
     """
-    # Plain Python floats: numpy's per-call overhead on 5 points dominated a crowd's render.
-    lm = np.asarray(landmarks, dtype=np.float64).reshape(5, 2).tolist()
-    x1, y1, x2, y2 = np.asarray(box, dtype=np.float64).reshape(4).tolist()
+    fits, ok = template_fits(np.asarray(landmarks, np.float64).reshape(1, 5, 2),
+                             np.asarray(box, np.float64).reshape(1, 4), tolerance)
+    return fits[0] if ok[0] else None
+
+
+def template_fits(landmarks: np.ndarray, boxes: np.ndarray, tolerance: float = 0.65) -> tuple[np.ndarray, np.ndarray]:
+    """``template_fit`` of N faces in one pass (a crowd aligns hundreds a frame): landmarks [N, 5, 2],
+    boxes [N, 4] -> (fits [N, 2, 3], ok [N] bool); a fit where ``ok`` is False is meaningless.
+    The least-squares similarity is ``similarity_transform``'s, summed point by point in the same
+    order, so each face gets the same fit as alone."""
+    lm = np.asarray(landmarks, np.float64).reshape(-1, 5, 2)
+    b = np.asarray(boxes, np.float64).reshape(-1, 4)
+    x1, y1, x2, y2 = b[:, 0], b[:, 1], b[:, 2], b[:, 3]
     w, h = x2 - x1, y2 - y1
-    if not all(math.isfinite(v) for v in (x1, y1, x2, y2, *(c for p in lm for c in p))) or w <= 0 or h <= 0:
-        return None
-    if any(x < x1 - 0.5 * w or x > x2 + 0.5 * w or y < y1 - 0.5 * h or y > y2 + 0.5 * h for x, y in lm):
-        return None
-    try:
-        m = similarity_transform(lm, ARCFACE_112)
-    except ValueError:
-        return None
-    (a, b, tx), (c, d, ty) = m.tolist()
-    scale = math.hypot(a, c)  # template px per frame px
-    # In ArcFace crops the face (box) is ~100 template px tall.
-    if not 0.3 <= (100.0 / scale) / h <= 3.0:
-        return None
-    limit = tolerance * _ARCFACE_EYE_DISTANCE
-    if all(math.hypot(a * x + b * y + tx - u, c * x + d * y + ty - v) <= limit
-           for (x, y), (u, v) in zip(lm, _ARCFACE_POINTS)):
-        return m
-    return None
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        ok = np.isfinite(b).all(1) & np.isfinite(lm).all((1, 2)) & (w > 0) & (h > 0)
+        x, y = lm[..., 0], lm[..., 1]  # [N, 5]
+        ok &= ((x >= (x1 - 0.5 * w)[:, None]) & (x <= (x2 + 0.5 * w)[:, None])
+               & (y >= (y1 - 0.5 * h)[:, None]) & (y <= (y2 + 0.5 * h)[:, None])).all(1)
+        sx, sy = _sum5(x) / 5, _sum5(y) / 5
+        cx, cy = x - sx[:, None], y - sy[:, None]
+        u, v = _ARCFACE_CENTRED[:, 0], _ARCFACE_CENTRED[:, 1]
+        var, re, im = _sum5(cx * cx + cy * cy), _sum5(cx * u + cy * v), _sum5(cx * v - cy * u)
+        ok &= np.isfinite(var) & (var >= 1e-12 * 5)
+        var = np.where(ok, var, 1.0)
+        a, c = re / var, im / var  # the similarity's rotation-scale: [[a, -c], [c, a]]
+        dx, dy = _ARCFACE_MEAN
+        fits = np.stack([np.stack([a, -c, dx - a * sx + c * sy], -1), np.stack([c, a, dy - c * sx - a * sy], -1)], 1)
+        scale = np.hypot(a, c)  # template px per frame px; in ArcFace crops the face (box) is ~100 px tall
+        implied = (100.0 / scale) / h
+        ok &= (implied >= 0.3) & (implied <= 3.0)
+        limit = tolerance * _ARCFACE_EYE_DISTANCE
+        tx, ty = fits[:, 0, 2][:, None], fits[:, 1, 2][:, None]
+        px = a[:, None] * x + (-c)[:, None] * y + tx - ARCFACE_112[:, 0]
+        py = c[:, None] * x + a[:, None] * y + ty - ARCFACE_112[:, 1]
+        ok &= (np.hypot(px, py) <= limit).all(1)
+    return fits, ok
+
+
+def _sum5(v: np.ndarray) -> np.ndarray:
+    """[N, 5] -> [N]: summed left to right, as a Python loop over the points sums them."""
+    return (((v[:, 0] + v[:, 1]) + v[:, 2]) + v[:, 3]) + v[:, 4]
 
 
 _ARCFACE_POINTS = ARCFACE_112.tolist()
 _ARCFACE_EYE_DISTANCE = float(np.linalg.norm(ARCFACE_112[1] - ARCFACE_112[0]))
+_ARCFACE_MEAN = tuple(sum(p[k] for p in _ARCFACE_POINTS) / 5 for k in (0, 1))  # as similarity_transform sums
+_ARCFACE_CENTRED = ARCFACE_112 - np.array(_ARCFACE_MEAN)

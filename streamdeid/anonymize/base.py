@@ -25,7 +25,7 @@ class Anonymizer(Protocol):
     """
 
     name: str  # the method's name: CLI choice, ``PastedFace.method``, the vault header
-    # The same look at any crop size: the renderer gives small faces small crops (render.py _crop_side).
+    # The same look at any crop size: the renderer gives small faces small crops (render.py _crop_sides).
     scale_free: bool
     color_match: bool  # pasting matches the crop's colours to the frame (a generated face)
     needs_leak_guard: bool  # the renderer checks the output with SFace (leakguard.py; AnonymizeConfig.leak_guard)

@@ -7,7 +7,6 @@ by the face size, not the frame size.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import cv2
@@ -26,21 +25,27 @@ def mask_support(mask: np.ndarray) -> tuple[int, int, int, int] | None:
 def paste_roi(inverse: np.ndarray, support: tuple[int, int, int, int], frame_w: int, frame_h: int
               ) -> tuple[int, int, int, int] | None:
     """Frame rectangle ``x, y, w, h`` that ``support`` (crop pixels) maps onto, clipped to the frame."""
-    x, y, w, h = support
-    # Pixel centres x..x+w-1 plus half a pixel of bilinear reach, and one pixel of slack. Plain Python
-    # floats: numpy's per-call overhead on four points dominated a crowd's render (two calls a face).
-    (a, b, tx), (c, d, ty) = np.asarray(inverse, dtype=np.float64).reshape(2, 3).tolist()
-    xs, ys = [], []
-    for px, py in ((x - 1, y - 1), (x + w, y - 1), (x - 1, y + h), (x + w, y + h)):
-        xs.append(a * px + b * py + tx)
-        ys.append(c * px + d * py + ty)
-    if not all(math.isfinite(v) for v in xs + ys):
-        return None
-    x0, y0 = max(math.floor(min(xs)), 0), max(math.floor(min(ys)), 0)
-    x1, y1 = min(math.ceil(max(xs)) + 1, frame_w), min(math.ceil(max(ys)) + 1, frame_h)
-    if x1 <= x0 or y1 <= y0:
-        return None
-    return x0, y0, x1 - x0, y1 - y0
+    rois, ok = paste_rois(np.asarray(inverse, np.float64).reshape(1, 2, 3), np.array([support]), frame_w, frame_h)
+    return tuple(rois[0].tolist()) if ok[0] else None
+
+
+def paste_rois(inverses: np.ndarray, supports: np.ndarray, frame_w: int, frame_h: int) -> tuple[np.ndarray, np.ndarray]:
+    """``paste_roi`` of N faces in one pass: inverses [N, 2, 3] (crop -> frame), supports [N, 4] (x, y, w,
+    h crop pixels) -> (rois [N, 4] int64 x, y, w, h; ok [N] bool, False where nothing of the frame is
+    covered). The support's pixel centres plus half a pixel of bilinear reach and one pixel of slack."""
+    x, y, w, h = (np.asarray(supports, np.float64)[:, k, None] for k in range(4))  # [N, 1] each
+    px = np.concatenate([x - 1, x + w, x - 1, x + w], 1)  # [N, 4] the corners
+    py = np.concatenate([y - 1, y - 1, y + h, y + h], 1)
+    m = np.asarray(inverses, np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        xs = m[:, 0, 0, None] * px + m[:, 0, 1, None] * py + m[:, 0, 2, None]
+        ys = m[:, 1, 0, None] * px + m[:, 1, 1, None] * py + m[:, 1, 2, None]
+        ok = np.isfinite(xs).all(1) & np.isfinite(ys).all(1)
+        xs, ys = np.where(ok[:, None], xs, 0.0), np.where(ok[:, None], ys, 0.0)
+    x0, y0 = np.maximum(np.floor(xs.min(1)), 0), np.maximum(np.floor(ys.min(1)), 0)
+    x1, y1 = np.minimum(np.ceil(xs.max(1)) + 1, frame_w), np.minimum(np.ceil(ys.max(1)) + 1, frame_h)
+    ok &= (x1 > x0) & (y1 > y0)
+    return np.stack([x0, y0, x1 - x0, y1 - y0], 1).astype(np.int64), ok
 
 
 def _match_colour(pixels: np.ndarray, region: np.ndarray, alpha: np.ndarray) -> np.ndarray:

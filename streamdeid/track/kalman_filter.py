@@ -14,15 +14,17 @@ STD_WEIGHT_VELOCITY = 1.0 / 160
 
 
 def xyxy_to_xyah(box: np.ndarray) -> np.ndarray:
-    x1, y1, x2, y2 = np.asarray(box, dtype=np.float64)
-    w, h = max(x2 - x1, 1e-3), max(y2 - y1, 1e-3)
-    return np.array([x1 + w / 2, y1 + h / 2, w / h, h])
+    """(x1, y1, x2, y2) -> (cx, cy, w / h, h): [4] or batched [N, 4]."""
+    b = np.asarray(box, dtype=np.float64)
+    w, h = np.maximum(b[..., 2] - b[..., 0], 1e-3), np.maximum(b[..., 3] - b[..., 1], 1e-3)
+    return np.stack([b[..., 0] + w / 2, b[..., 1] + h / 2, w / h, h], axis=-1)
 
 
 def xyah_to_xyxy(xyah: np.ndarray) -> np.ndarray:
-    cx, cy, a, h = xyah[:4]
+    """(cx, cy, a, h, ...) -> (x1, y1, x2, y2): [4] from a state or measurement, or batched [N, 4]."""
+    cx, cy, a, h = xyah[..., 0], xyah[..., 1], xyah[..., 2], xyah[..., 3]
     w = a * h
-    return np.array([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2])
+    return np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], axis=-1)
 
 
 class KalmanFilter:
@@ -55,14 +57,21 @@ class KalmanFilter:
         return mean, covariance
 
     def project(self, mean: np.ndarray, covariance: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        h = mean[3]
-        std = np.array([STD_WEIGHT_POSITION * h, STD_WEIGHT_POSITION * h, 1e-1, STD_WEIGHT_POSITION * h])
-        return self._update @ mean, self._update @ covariance @ self._update.T + np.diag(std**2)
+        """The state in measurement space; batched like ``predict`` ([..., 4], [..., 4, 4])."""
+        h = mean[..., 3]
+        p = STD_WEIGHT_POSITION * h
+        std = np.stack([p, p, np.full_like(h, 1e-1), p], axis=-1)  # [..., 4]
+        projected = covariance[..., :self.ndim, :self.ndim] + np.einsum("...i,ij->...ij", std**2, np.eye(self.ndim))
+        return mean[..., :self.ndim], projected  # H = [I 0]: its products are slices
 
     def update(self, mean: np.ndarray, covariance: np.ndarray, measurement: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Correct with a (cx, cy, a, h) measurement; batched like ``predict`` (``measurement`` [..., 4]):
+        a crowd's matched tracks in one call."""
         projected_mean, projected_cov = self.project(mean, covariance)
-        # K = P H^T S^-1, solved rather than inverted (S is symmetric positive definite)
-        gain = np.linalg.solve(projected_cov, (covariance @ self._update.T).T).T
-        mean = mean + gain @ (measurement - projected_mean)
-        covariance = covariance - gain @ projected_cov @ gain.T
+        # K = P H^T S^-1, solved rather than inverted (S is symmetric positive definite); P H^T = P[:, :4]
+        cross = covariance[..., :, :self.ndim]  # [..., 8, 4]
+        gain = np.swapaxes(np.linalg.solve(projected_cov, np.swapaxes(cross, -1, -2)), -1, -2)  # [..., 8, 4]
+        innovation = measurement - projected_mean
+        mean = mean + np.einsum("...ij,...j->...i", gain, innovation)
+        covariance = covariance - gain @ projected_cov @ np.swapaxes(gain, -1, -2)
         return mean, covariance

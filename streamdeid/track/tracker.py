@@ -105,9 +105,11 @@ class _Track:
         # predicted box while the track is held
         self.landmarks_rel = (landmarks.astype(np.float64) - ((x1 + x2) / 2, (y1 + y2) / 2)) / (w, h)
 
-    def update(self, kf: KalmanFilter, box: np.ndarray, score: float, landmarks: np.ndarray,
-               config: TrackConfig) -> None:
-        self.mean, self.cov = kf.update(self.mean, self.cov, xyxy_to_xyah(box))
+    def matched(self, mean: np.ndarray, cov: np.ndarray, box: np.ndarray, score: float, landmarks: np.ndarray,
+                config: TrackConfig) -> None:
+        """A detection continued this track: ``mean``, ``cov`` its state corrected by it (FaceTracker
+        corrects every matched track in one batched Kalman update)."""
+        self.mean, self.cov = mean, cov
         self.misses = 0
         self.lost_age = 0
         self.unseen = 0
@@ -115,10 +117,6 @@ class _Track:
 
     def box(self) -> np.ndarray:
         return xyah_to_xyxy(self.mean)
-
-    def held_landmarks(self) -> np.ndarray:
-        x1, y1, x2, y2 = self.box()
-        return self.landmarks_rel * (x2 - x1, y2 - y1) + ((x1 + x2) / 2, (y1 + y2) / 2)
 
 
 class FaceTracker:
@@ -161,15 +159,11 @@ class FaceTracker:
         self._age()
         if dets is None:
             self._tracks = [t for t in self._tracks if self._kept(t)]
-            return [self._held(t, locate) for t in self._tracks if t.confirmed and t.lost_age <= self.hold_frames]
+            return self._held([t for t in self._tracks if t.confirmed and t.lost_age <= self.hold_frames], locate)
 
         boxes, scores, landmarks = dets.boxes, dets.scores, dets.landmarks
         matched, left_dets = self._associate(boxes, scores)
-        for ti, di in matched.items():
-            t = self._tracks[ti]
-            if t.lost_age > self.hold_frames:  # remembered: where it stood is stale, start from the detection
-                t.mean, t.cov = self._kf.initiate(xyxy_to_xyah(boxes[di].astype(np.float64)))
-            t.update(self._kf, boxes[di], scores[di], landmarks[di], self.config)
+        self._correct(matched, dets)
         # PRIVACY: unmatched detections (high or low score) start tracks now; a provisional one is
         # reported from its second detector run (FaceStage sets it only when the look-ahead reaches back)
         taken = set(matched.values())
@@ -179,6 +173,21 @@ class FaceTracker:
         det_of = {id(self._tracks[ti]): di for ti, di in matched.items()}
         det_of.update({id(t): di for t, di in zip(new_tracks, unmatched)})
         return self._report(self._tracks + new_tracks, det_of, dets, cut, blind_below, locate)
+
+    def _correct(self, matched: dict[int, int], dets: Detections) -> None:
+        """Every matched track ({track index: detection index}) corrected by its detection, in one
+        batched Kalman update ([M, 8] means, [M, 8, 8] covariances)."""
+        if not matched:
+            return
+        tracks = [self._tracks[ti] for ti in matched]
+        di = np.fromiter(matched.values(), np.int64, len(matched))
+        measured = xyxy_to_xyah(dets.boxes[di].astype(np.float64))  # [M, 4]
+        for t, z in zip(tracks, measured):
+            if t.lost_age > self.hold_frames:  # remembered: where it stood is stale, start from the detection
+                t.mean, t.cov = self._kf.initiate(z)
+        mean, cov = self._kf.update(np.stack([t.mean for t in tracks]), np.stack([t.cov for t in tracks]), measured)
+        for t, m, c, d in zip(tracks, mean, cov, di.tolist()):
+            t.matched(m, c, dets.boxes[d], dets.scores[d], dets.landmarks[d], self.config)
 
     def _age(self) -> None:
         """One more frame since each track's last match, and since a run first missed it (if one did)."""
@@ -195,7 +204,7 @@ class FaceTracker:
         did not take start tracks)."""
         high = np.flatnonzero(scores >= self.config.high_score)
         low = np.flatnonzero(scores < self.config.high_score)
-        track_boxes = np.array([t.box() for t in self._tracks]).reshape(-1, 4)
+        track_boxes = xyah_to_xyxy(np.stack([t.mean for t in self._tracks])) if self._tracks else np.zeros((0, 4))
 
         matched: dict[int, int] = {}  # track index -> detection index
         # stage 1: confident detections against every track
@@ -222,8 +231,9 @@ class FaceTracker:
         {id(track): detection index} of the tracks a detection continued or started; the others are
         held while within ``hold_frames`` of the run that first missed them (dropped at once at a cut).
         ``locate``: see update."""
-        out: list[TrackedFace] = []
+        out: list[TrackedFace | None] = []
         kept: list[_Track] = []
+        held: list[tuple[int, _Track]] = []  # (place in out, track): held faces are made in one batch
         for t in tracks:
             di = det_of.get(id(t))
             if di is not None:
@@ -238,9 +248,12 @@ class FaceTracker:
             if cut or not self._kept(t):
                 continue
             if t.confirmed and t.lost_age <= self.hold_frames:
-                out.append(self._held(t, locate))
+                held.append((len(out), t))
+                out.append(None)
             kept.append(t)
         self._tracks = kept
+        for (i, _), face in zip(held, self._held([t for _, t in held], locate)):
+            out[i] = face
         return out
 
     def _predict(self, motion: np.ndarray | None) -> None:
@@ -267,17 +280,28 @@ class FaceTracker:
             t.mean, t.cov, t.height = m, c, float(h)
 
     @staticmethod
-    def _held(t: _Track, locate: Locate | None) -> TrackedFace:
-        """The predicted face, widened by the frames since a detector run first missed it (between
-        runs, the frames the detector skips, it is not widened: it was seen at the last run), unless
-        ``locate`` finds the face's pixels near it: then it is put on them, not widened. (Looking
-        between runs too, within 4% of the size, took a crowd pan's changed area 2 points lower for 7 ms a
-        frame of tracking, about 17 ms.)"""
-        face = TrackedFace(t.track_id, t.box(), t.held_landmarks(), t.score, "held", between_runs=not t.unseen)
-        if not t.unseen:
-            return face
-        found = locate(t.track_id, face.box) if locate is not None else None
-        return moved_to(face, found) if found is not None else face.widened(t.unseen, "held")
+    def _held(tracks: list[_Track], locate: Locate | None) -> list[TrackedFace]:
+        """The tracks' predicted faces (boxes and landmarks in one batch: a crowd holds hundreds), each
+        widened by the frames since a detector run first missed it (between runs, the frames the
+        detector skips, it is not widened: it was seen at the last run), unless ``locate`` finds the
+        face's pixels near it: then it is put on them, not widened. (Looking between runs too, within
+        4% of the size, took a crowd pan's changed area 2 points lower for 7 ms a frame of tracking,
+        about 17 ms.)"""
+        if not tracks:
+            return []
+        boxes = xyah_to_xyxy(np.stack([t.mean for t in tracks]))  # [N, 4]
+        size, centre = boxes[:, 2:] - boxes[:, :2], (boxes[:, :2] + boxes[:, 2:]) / 2  # [N, 2] each
+        # landmarks_rel is in box units about the centre: they follow the predicted box
+        landmarks = np.stack([t.landmarks_rel for t in tracks]) * size[:, None] + centre[:, None]  # [N, 5, 2]
+        boxes, landmarks = boxes.astype(np.float32), landmarks.astype(np.float32)
+        faces = []
+        for t, box, lm in zip(tracks, boxes, landmarks):
+            face = TrackedFace(t.track_id, box, lm, t.score, "held", between_runs=not t.unseen)
+            if t.unseen:
+                found = locate(t.track_id, face.box) if locate is not None else None
+                face = moved_to(face, found) if found is not None else face.widened(t.unseen, "held")
+            faces.append(face)
+        return faces
 
 
 def _moved(mean: np.ndarray, cov: np.ndarray, height: np.ndarray,
