@@ -206,30 +206,7 @@ class FrameRenderer:
         frame); each face gets what it would get alone (tests/test_render_align.py)."""
         if not faces:
             return []
-        margin = self.align_cfg.margin
-        boxes = np.array([f.box for f in faces], np.float64)  # [N, 4]
-        if not np.isfinite(boxes).all():
-            raise ValueError("box contains NaN/inf")
-        landmarks = np.array([f.landmarks for f in faces], np.float64)  # [N, 5, 2]
-        # A predicted (held) or back-filled position is a guess: the face may have moved, so cover a
-        # larger area around it.
-        growth = np.array([1.0 if f.state == "detected" else MATCHED_GROWTH if f.matched else
-                           BETWEEN_RUNS_GROWTH if f.between_runs else UNCERTAIN_GROWTH for f in faces])
-        guess = growth != 1.0
-        if guess.any():
-            grown, moved = scaled_about_centre(boxes[guess], landmarks[guess], growth[guess])
-            boxes[guess], landmarks[guess] = grown, moved
-        sizes = self._crop_sides(boxes)
-        fits, usable = template_fits(landmarks, boxes)
-        # implausible landmarks (profile, occlusion): a square crop around the box
-        matrices = np.where(usable[:, None, None], crop_matrix(np.where(usable[:, None, None], fits, 0.0), sizes, margin),
-                            box_matrices(boxes, sizes, margin))  # [N, 2, 3] frame -> crop
-        inverses = invert_similarities(matrices)
-        supports = [self._mask_for(int(side))[1] for side in sizes]
-        has_support = np.array([sup is not None for sup in supports])
-        rois, inside = paste_rois(inverses, np.array([sup or (0, 0, 0, 0) for sup in supports]),
-                                  image.shape[1], image.shape[0])
-        inside &= has_support
+        sizes, matrices, inverses, rois, inside = self._placements(faces, image.shape[1], image.shape[0])
         out: list[tuple[AlignedFace, tuple[int, int, int, int]] | None] = []
         for k in range(len(faces)):
             if not inside[k]:
@@ -242,6 +219,33 @@ class FrameRenderer:
                 aligned = warp_aligned(image, matrix, side, inverse)
             out.append((aligned, tuple(rois[k].tolist())))
         return out
+
+    def _placements(self, faces: list[TrackedFace], width: int, height: int) -> tuple[np.ndarray, ...]:
+        """For N faces: crop sides [N], frame -> crop matrices [N, 2, 3] and their inverses, the frame
+        rectangles their covers land on [N, 4] (x, y, w, h) and whether they land in the frame [N]."""
+        margin = self.align_cfg.margin
+        boxes = np.array([f.box for f in faces], np.float64)  # [N, 4]
+        if not np.isfinite(boxes).all():
+            raise ValueError("box contains NaN/inf")
+        landmarks = np.array([f.landmarks for f in faces], np.float64)  # [N, 5, 2]
+        # A predicted (held) or back-filled position is a guess: the face may have moved, so cover a
+        # larger area around it.
+        growth = np.array([1.0 if f.state == "detected" else MATCHED_GROWTH if f.matched else
+                           BETWEEN_RUNS_GROWTH if f.between_runs else UNCERTAIN_GROWTH for f in faces])
+        guess = growth != 1.0
+        if guess.any():
+            boxes[guess], landmarks[guess] = scaled_about_centre(boxes[guess], landmarks[guess], growth[guess])
+        sizes = self._crop_sides(boxes)
+        fits, usable = template_fits(landmarks, boxes)
+        usable = usable[:, None, None]
+        # implausible landmarks (profile, occlusion): a square crop around the box
+        matrices = np.where(usable, crop_matrix(np.where(usable, fits, 0.0), sizes, margin),
+                            box_matrices(boxes, sizes, margin))
+        inverses = invert_similarities(matrices)
+        supports = [self._mask_for(int(side))[1] for side in sizes]
+        rois, inside = paste_rois(inverses, np.array([sup or (0, 0, 0, 0) for sup in supports]), width, height)
+        inside &= np.array([sup is not None for sup in supports])
+        return sizes, matrices, inverses, rois, inside
 
     def _crop_sides(self, boxes: np.ndarray) -> np.ndarray:
         """[N] side of each face's aligned crop (boxes [N, 4]): the configured size, or for a scale-free

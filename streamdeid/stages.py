@@ -26,10 +26,10 @@ from .types import Detections, Frame, FrameResult
 # A box from the fast pass's floor up, over another box's centre, scoring under this, starts a track
 # reported from its second detector run (FaceStage._provisional); as the still passes' SURE_SCORE
 # (detect/still.py), under which a box needs a second look there. On the crowd pan (benchmarks/crowd.py,
-# solid): 37.8% -> 35.1% of the frame changed, the same CenterFace faces covered (4,191 of 4,194), 31
-# fewer pasted face-frames (faces no cover of their own was on: covered by the cluster's box); every weak
-# box from the floor up, over another box or not: 33.3%, but 7 of hamilton's 20 featureless heads
-# (hand-labelled, uncertain) uncovered (16 -> 9), none with this rule.
+# solid): 37.8% -> 35.1% of the frame changed, the same CenterFace faces covered (4,191 of 4,194); in
+# process, 44 of 11,741 pasted face-frames fewer, all of three 14-17 px faces no cover of their own was
+# on (the cluster's box had covered them). Every weak box from the floor up, over another box or not:
+# 33.3%, but 7 of hamilton's 20 featureless heads (hand-labelled, uncertain) uncovered; none with this rule.
 WEAK_SCORE = 0.5
 
 FrameObserver = Callable[[FrameResult, list[PastedFace]], None]

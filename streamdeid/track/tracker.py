@@ -115,9 +115,6 @@ class _Track:
         self.unseen = 0
         self._observe(box, score, landmarks, config)
 
-    def box(self) -> np.ndarray:
-        return xyah_to_xyxy(self.mean)
-
 
 class FaceTracker:
     def __init__(self, *, fps: float, config: TrackConfig | None = None) -> None:
