@@ -163,7 +163,9 @@ class _ModelRestore:
         for name, value in (meta.get("blend") or {}).items():  # the run's mask, so the paste covers the same area
             if hasattr(blend, name):
                 setattr(blend, name, value)
-        self._blend = blend.resolved(generated=True)  # a vault before the feather was per anonymizer
+        # every vault's header names its feather (0.08 before it was chosen by anonymizer); one that did
+        # not would be a generated face's, the only kind model mode restores
+        self._blend = blend.resolved(generated=True)
         self._align_margin = float(meta.get("align_margin", 0.4))
         self._masks: dict[int, object] = {}
         self._face_mask = face_mask

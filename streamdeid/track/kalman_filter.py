@@ -33,7 +33,6 @@ class KalmanFilter:
     def __init__(self) -> None:
         self._motion = np.eye(2 * self.ndim)
         self._motion[: self.ndim, self.ndim :] = np.eye(self.ndim)  # dt = 1 frame
-        self._update = np.eye(self.ndim, 2 * self.ndim)
 
     def initiate(self, measurement: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """New track from one (cx, cy, a, h) measurement; velocities start at 0."""

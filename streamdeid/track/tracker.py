@@ -178,7 +178,7 @@ class FaceTracker:
             return
         tracks = [self._tracks[ti] for ti in matched]
         di = np.fromiter(matched.values(), np.int64, len(matched))
-        measured = xyxy_to_xyah(dets.boxes[di].astype(np.float64))  # [M, 4]
+        measured = xyxy_to_xyah(dets.boxes[di])  # [M, 4] float64
         for t, z in zip(tracks, measured):
             if t.lost_age > self.hold_frames:  # remembered: where it stood is stale, start from the detection
                 t.mean, t.cov = self._kf.initiate(z)
