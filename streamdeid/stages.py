@@ -80,7 +80,11 @@ class FaceStage:
 
     def __call__(self, frame: Frame, times: StageTimes, *, force_cut: bool = False) -> FrameResult:
         t0 = time.perf_counter()
-        cut = self.scene_cut(frame.image) or force_cut
+        # the camera's motion first: a fast pan changes the whole picture, and only the motion tells it
+        # from a cut (scenecut.py)
+        motion = self.camera(frame.image) if self.camera is not None else None
+        camera_s = time.perf_counter() - t0  # timed as tracking
+        cut = self.scene_cut(frame.image, motion) or force_cut
         if self.smallest_face is None:
             h, w = frame.image.shape[:2]
             self.smallest_face = self.finder.smallest_face(w, h)
@@ -106,7 +110,6 @@ class FaceStage:
             self._countdown -= 1
         self._since_scan += 1
         t1 = time.perf_counter()
-        motion = self.camera(frame.image) if self.camera is not None else None
         if cut:
             motion = None  # the new shot does not continue the old one
         faces = self.tracker.update(dets, cut=cut, motion=motion, provisional=provisional,
@@ -115,8 +118,8 @@ class FaceStage:
             self.templates.update(frame.image, faces)
         if self.tracker.num_tracks and self._countdown >= self.every:
             self._countdown = self.every - 1  # a tracked face: back to the tracking cadence
-        times.add("detect", t1 - t0)
-        times.add("track", time.perf_counter() - t1)
+        times.add("detect", t1 - t0 - camera_s)
+        times.add("track", time.perf_counter() - t1 + camera_s)
         return FrameResult(frame, faces, scene_cut=cut, motion=motion)
 
     @staticmethod

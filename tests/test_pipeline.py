@@ -62,6 +62,30 @@ def test_scene_cut_detector() -> None:
     assert det(np.full_like(grey, 220)) is True
 
 
+def test_a_fast_pan_over_a_busy_picture_is_not_a_cut(media) -> None:
+    """The marching band photo panned 15 px right and 30 px down a frame (faster than benchmarks/precision.py's
+    pan): the plain picture difference calls that a cut, the camera's motion explains it; a real
+    cut (another picture) stays one whatever motion is passed."""
+    import cv2
+
+    from streamdeid.track.camera_motion import CameraMotion
+
+    photo = cv2.resize(cv2.imread(str(media / "crowd_marching_band.jpg")), (1920, 1372), interpolation=cv2.INTER_CUBIC)
+    frames = [np.ascontiguousarray(photo[30 * t:30 * t + 720, 15 * t:15 * t + 1280]) for t in range(12)]
+    plain, moved, camera = SceneCutDetector(), SceneCutDetector(), CameraMotion()
+    plain_cuts, moved_cuts = [], []
+    for t, frame in enumerate(frames):
+        plain_cuts.append(plain(frame))
+        moved_cuts.append(moved(frame, camera(frame)))
+    assert any(plain_cuts)  # the case the motion is needed for
+    assert not any(moved_cuts)
+    other = np.ascontiguousarray(cv2.imread(str(media / "crowd_parade.jpg"))[:720 // 2 * 2, :1024])
+    other = cv2.resize(other, (1280, 720))
+    assert moved(other, camera(other)) is True
+    shift = np.array([[1.0, 0.0, -15.0], [0.0, 1.0, -30.0]])
+    assert moved(frames[0], shift) is True  # back to the band: a change no motion explains
+
+
 def _renderer(anonymizer, cfg: PipelineConfig | None = None) -> FrameRenderer:
     cfg = cfg or PipelineConfig()
     return FrameRenderer(anonymizer, align=cfg.align, blend=cfg.blend, anonymize=cfg.anonymize)

@@ -19,7 +19,7 @@ The fused YuNet boxes (NMS over every pass) are then sorted by how sure they are
 box the pipeline's own passes score SURE_SCORE or more is kept as it is. Any other
 box (one only the extra passes found, or one the own passes scored under
 SURE_SCORE; every pass goes down to WEAK_FRACTION of the threshold) must survive a
-closer look: the crop around it, scaled so the face is ZOOM_FACE_PX tall, scored
+closer look (detect/closer.py): the crop around it, scaled so the face is 96 px tall, scored
 again as it is and after CLAHE, at the run's threshold; when that finds nothing on
 the face and some pass boxed the same face taller (a box around part of a face
 frames a look that blows the face past its crop), a second look is framed around
@@ -43,6 +43,7 @@ import numpy as np
 from streamdeid.config import DetectConfig
 from streamdeid.detect.base import Detector
 from streamdeid.detect.centerface import CenterFaceDetector
+from streamdeid.detect.closer import CloserLook, local_contrast
 from streamdeid.detect.finder import MAX_SCAN_SIDE, FaceFinder, brighten, merge
 from streamdeid.track.matching import iou_matrix
 from streamdeid.types import Detections
@@ -56,11 +57,6 @@ SURE_SCORE = 0.5
 # Two boxes are the same face from this IoU (as the finder's NMS threshold).
 AGREE_IOU = 0.3
 EXTRA_SCALE = 1.5
-# The closer look: the crop around a box (ZOOM_CONTEXT times its size) scaled so the face is ZOOM_FACE_PX
-# tall, YuNet's comfortable size. Measured on nine synthetic crowds: of the 1,102 weak candidates no two
-# passes agreed on, the zoomed look scored 43 on faces >= 0.3 and none on background.
-ZOOM_CONTEXT = 3.0
-ZOOM_FACE_PX = 96
 # The second look's box: at most this many times the candidate's height (a taller box holds more than its
 # face). Nine held-out crowds (seeds 20-28): one face more of 957 >= 24 px and two more under 12 px, 0.3
 # false boxes a still more, 0.1 s a still.
@@ -88,26 +84,9 @@ def mirrored(dets: Detections, width: int) -> Detections:
     return Detections(boxes, dets.scores.copy(), landmarks)
 
 
-def local_contrast(image: np.ndarray) -> np.ndarray:
-    """CLAHE on the L channel of ``image`` (BGR): lifts dark faces on bright backgrounds."""
-    lab = cv2.cvtColor(image, cv2.COLOR_BGR2LAB)
-    clahe = cv2.createCLAHE(clipLimit=3.0, tileGridSize=(16, 16))
-    lab[..., 0] = clahe.apply(lab[..., 0])
-    return cv2.cvtColor(lab, cv2.COLOR_LAB2BGR)
-
-
 def sharpened(image: np.ndarray) -> np.ndarray:
     """Unsharp mask (sigma 2 px, amount 1): gives soft faces back some edges."""
     return cv2.addWeighted(image, 2.0, cv2.GaussianBlur(image, (0, 0), 2.0), -1.0, 0)
-
-
-def zoom_window(box: np.ndarray, width: int, height: int) -> tuple[int, int, int, int, float]:
-    """(x0, y0, x1, y1, scale): ZOOM_CONTEXT face heights around ``box``, scaled so the face is ZOOM_FACE_PX."""
-    size = max(box[2] - box[0], box[3] - box[1], 1.0)
-    cx, cy, half = (box[0] + box[2]) / 2, (box[1] + box[3]) / 2, size * ZOOM_CONTEXT / 2
-    x0, y0 = int(max(0, cx - half)), int(max(0, cy - half))
-    x1, y1 = int(min(width, cx + half)), int(min(height, cy + half))
-    return x0, y0, x1, y1, ZOOM_FACE_PX / size
 
 
 def _largest_agreeing(boxes: np.ndarray, passes: list[Detections]) -> np.ndarray:
@@ -138,7 +117,7 @@ class StillFinder:
         self.weak = self.threshold * WEAK_FRACTION
         self.centerface_threshold = min(0.95, CENTERFACE_THRESHOLD * self.threshold / DetectConfig.score_threshold)
         self._detectors: dict[int, Detector] = {}
-        self._zoom: Detector | None = None  # native size, the run's threshold
+        self._closer: CloserLook | None = None
         self._centerface: dict[int, Detector] = {}  # by input side (0: native)
 
     def _detector(self, side: int) -> Detector:
@@ -198,32 +177,14 @@ class StillFinder:
         """The candidates a closer look confirms (score >= the run's threshold), with the closer look's box
         and landmarks. ``windows`` ([N, 4]): a second box to frame the look around when the look around
         the candidate's own box finds nothing there (see _largest_agreeing)."""
-        if self._zoom is None:
-            self._zoom = self.finder.detector(replace(self.finder.cfg, input_size=0))
+        if self._closer is None:
+            self._closer = CloserLook(self.finder)
         found = []
         for k, box in enumerate(candidates.boxes):
             frames = [box] if windows is None or np.array_equal(windows[k], box) else [box, windows[k]]
             for frame in frames:
-                confirmed = self._look(image, box, frame)
+                confirmed = self._closer.look(image, box, frame)
                 if confirmed is not None:
                     found.append(confirmed)
                     break
         return merge(found, AGREE_IOU)
-
-    def _look(self, image: np.ndarray, box: np.ndarray, frame: np.ndarray) -> Detections | None:
-        """The closer look at ``box`` framed around ``frame``: its best detection on the same face, or None."""
-        h, w = image.shape[:2]
-        x0, y0, x1, y1, scale = zoom_window(frame, w, h)
-        crop = image[y0:y1, x0:x1]
-        size = (max(1, round(crop.shape[1] * scale)), max(1, round(crop.shape[0] * scale)))
-        zoomed = cv2.resize(crop, size, interpolation=cv2.INTER_CUBIC)
-        # as it is and with local contrast: a dark face on a bright background needs the second
-        dets = merge([self._zoom.detect(zoomed), self._zoom.detect(local_contrast(zoomed))], AGREE_IOU)
-        if not len(dets):
-            return None
-        dets = Detections(dets.boxes / scale + (x0, y0, x0, y0), dets.scores, dets.landmarks / scale + (x0, y0))
-        same = np.maximum(iou_matrix(box, dets.boxes)[0], iou_matrix(frame, dets.boxes)[0]) > AGREE_IOU
-        if not same.any():
-            return None
-        best = int(np.argmax(np.where(same, dets.scores, -1.0)))
-        return dets[best:best + 1]
