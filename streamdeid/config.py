@@ -67,6 +67,16 @@ class TrackConfig:
     # Look for a held or back-filled face's pixels (from its last detection) where it is guessed to be,
     # and draw it there unwidened when they are found (track/appearance.py). Off: every guess widens.
     match_templates: bool = True
+    # Look closer (detect/closer.py GuessCheck) at a held face from the fast pass's reliable face size up,
+    # on each detector run that missed it and did not find its pixels by template: where the look finds
+    # the face its track goes on from there; where two looks in a row find none, its hold ends (remembered,
+    # uncovered). Off: every hold lasts hold_seconds. The look-ahead's back-fill is not checked so: on
+    # hamilton a hand-labelled audience face first detected at frame 52 was lost on frames 45-50 with it.
+    verify_guesses: bool = True
+    # A weak detection (under stages.WEAK_SCORE) that starts a track gets a closer look (detect/closer.py,
+    # as the still passes' candidates): where the look finds no face, the track is reported only from its
+    # second detector run (the look-ahead covers the frames before). Off: reported at once.
+    look_at_weak: bool = True
 
 
 @dataclass

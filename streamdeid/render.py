@@ -23,31 +23,32 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .align.aligner import box_matrices, crop_matrix, invert_similarities, template_fits, warp_aligned
+from .align.aligner import (
+    box_matrices,
+    crop_matrix,
+    invert_similarities,
+    template_fits,
+    warp_aligned,
+)
 from .anonymize.base import Anonymizer
 from .anonymize.classic import SolidAnonymizer
 from .blend import WarpedFace, blend_into, face_mask, mask_support, warp_to_frame
 from .blend.paste import paste_rois
 from .config import AlignConfig, AnonymizeConfig, BlendConfig
-from .types import AlignedFace, FaceContext, FrameResult, TrackedFace, scaled_about_centre
+from .cover_size import drawn_growth
+from .types import (
+    AlignedFace,
+    FaceContext,
+    FrameResult,
+    TrackedFace,
+    scaled_about_centre,
+)
 
 if TYPE_CHECKING:
     from .leakguard import LeakGuard
 
 log = logging.getLogger(__name__)
 
-# Held and back-filled faces are covered this much larger than their predicted
-# box: measured on short_hamilton_clip.mp4 with --detect-every 2, a fast head
-# turn moved a face out from under its predicted position (one SFace leak).
-UNCERTAIN_GROWTH = 1.3
-# A face predicted between two detector runs that both found it (--detect-every N, the default 2)
-# was seen a frame or two ago, and camera motion is compensated (track/camera_motion.py): a smaller
-# margin. Those frames are half of all covers, so the margin sets most of the covered area (a crowd
-# pan: 1.3 made the covers 2.4x the face box, 1.15 1.9x, deface's ellipses 1.3x).
-BETWEEN_RUNS_GROWTH = 1.15
-# A held or back-filled face whose pixels were found where it is drawn (TrackedFace.matched,
-# track/appearance.py) is where a detection would put it, to a template pixel (3% of a large face).
-MATCHED_GROWTH = 1.05
 
 # Crop sides a scale-free anonymizer's small faces get, smallest first, and how many crop pixels per
 # pixel of face height they must have (the face box spans about 0.57 of the crop: at 2 a 20 px face
@@ -229,9 +230,8 @@ class FrameRenderer:
             raise ValueError("box contains NaN/inf")
         landmarks = np.array([f.landmarks for f in faces], np.float64)  # [N, 5, 2]
         # A predicted (held) or back-filled position is a guess: the face may have moved, so cover a
-        # larger area around it.
-        growth = np.array([1.0 if f.state == "detected" else MATCHED_GROWTH if f.matched else
-                           BETWEEN_RUNS_GROWTH if f.between_runs else UNCERTAIN_GROWTH for f in faces])
+        # larger area around it (cover_size.py).
+        growth = np.array([drawn_growth(f.state, f.matched, f.between_runs) for f in faces])
         guess = growth != 1.0
         if guess.any():
             boxes[guess], landmarks[guess] = scaled_about_centre(boxes[guess], landmarks[guess], growth[guess])

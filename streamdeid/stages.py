@@ -13,6 +13,7 @@ from dataclasses import replace
 import numpy as np
 
 from .config import PipelineConfig, detect_cadence
+from .detect.closer import CloserLook, GuessCheck
 from .detect.finder import FaceFinder, holds_a_centre
 from .render import FrameRenderer, PastedFace
 from .scenecut import SceneCutDetector
@@ -20,7 +21,7 @@ from .summary import RunSummary, StageTimes
 from .track import FaceTracker
 from .track.appearance import TemplateStore, find
 from .track.camera_motion import CameraMotion
-from .track.tracker import Locate
+from .track.tracker import Locate, Provisional, Verify
 from .types import Detections, Frame, FrameResult
 
 # A box from the fast pass's floor up, over another box's centre, scoring under this, starts a track
@@ -31,6 +32,10 @@ from .types import Detections, Frame, FrameResult
 # on (the cluster's box had covered them). Every weak box from the floor up, over another box or not:
 # 33.3%, but 7 of hamilton's 20 featureless heads (hand-labelled, uncertain) uncovered; none with this rule.
 WEAK_SCORE = 0.5
+
+# Held faces from this many times the fast pass's floor up get closer looks (detect/closer.py GuessCheck;
+# 24 px at 640x360, 48 px at 1280x720). A smaller face would be enlarged to be looked at, which loses dark faces.
+GUESS_FROM_FLOOR = 1.0
 
 FrameObserver = Callable[[FrameResult, list[PastedFace]], None]
 
@@ -72,6 +77,10 @@ class FaceStage:
         self.scene_cut = SceneCutDetector()
         self.camera = CameraMotion() if config.track.camera_motion else None
         self.templates = TemplateStore() if config.track.match_templates else None
+        self._closer = GuessCheck.closer(self.finder) if config.track.verify_guesses else None
+        self._weak_look = CloserLook(self.finder) if config.track.look_at_weak else None
+        # set on the first frame: held and back-filled guesses from the fast pass's floor up get a closer look
+        self.guess_check: GuessCheck | None = None
         self.smallest_face: float | None = None  # set on the first frame
         self.scan_gate = scan_gate
         self.scans_skipped = 0
@@ -88,6 +97,8 @@ class FaceStage:
         if self.smallest_face is None:
             h, w = frame.image.shape[:2]
             self.smallest_face = self.finder.smallest_face(w, h)
+            if self._closer is not None:
+                self.guess_check = GuessCheck(self._closer, GUESS_FROM_FLOOR * self.finder.fast_floor(w, h))
         provisional = None
         blind_below = 0.0
         if cut or self._countdown <= 0:
@@ -102,6 +113,8 @@ class FaceStage:
                 blind_below = floor  # the fast pass alone: a small face it missed was not looked for (tracker.py)
             if self.defer_small and len(dets):
                 provisional = self._provisional(dets, scan, floor)
+                if self._weak_look is not None:
+                    provisional = self._looked_at(provisional, dets, frame.image)
             if scan:
                 self._since_scan = 0
             self._countdown = (self.every if len(dets) else self.idle_every) - 1
@@ -113,7 +126,8 @@ class FaceStage:
         if cut:
             motion = None  # the new shot does not continue the old one
         faces = self.tracker.update(dets, cut=cut, motion=motion, provisional=provisional,
-                                    blind_below=blind_below, locate=self._locator(frame.image))
+                                    blind_below=blind_below, locate=self._locator(frame.image),
+                                    verify=self._verifier(frame.image))
         if self.templates is not None:
             self.templates.update(frame.image, faces)
         if self.tracker.num_tracks and self._countdown >= self.every:
@@ -140,6 +154,23 @@ class FaceStage:
         height = dets.boxes[:, 3] - dets.boxes[:, 1]
         weak = (dets.scores < WEAK_SCORE) & (height >= floor) & holds_a_centre(dets.boxes)
         return weak if scan else weak | (height < floor)
+
+    def _looked_at(self, provisional: np.ndarray, dets: Detections, image: np.ndarray) -> Provisional:
+        """``provisional`` ([N] bool), and for each weak box (under WEAK_SCORE) that starts a track and is
+        not provisional already, a closer look (detect/closer.py, as the still passes'): a box the look
+        finds no face in is provisional too (reported from its second detector run, back-filled then)."""
+
+        def decide(starts: np.ndarray) -> np.ndarray:
+            out = provisional[starts].copy()
+            for k in np.flatnonzero(~out & (dets.scores[starts] < WEAK_SCORE)):
+                out[k] = self._weak_look.look(image, dets.boxes[starts[k]], bright=True) is None
+            return out
+        return decide
+
+    def _verifier(self, image: np.ndarray) -> Verify | None:
+        """The tracker's ``verify`` for this frame (see GuessCheck)."""
+        check = self.guess_check
+        return None if check is None else (lambda box: check(image, box))
 
     def _locator(self, image: np.ndarray) -> Locate | None:
         """The tracker's ``locate`` for this frame: a track's template searched near its guessed box."""

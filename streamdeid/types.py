@@ -13,6 +13,8 @@ from fractions import Fraction
 
 import numpy as np
 
+from .cover_size import unseen_scale
+
 
 class StreamdeidError(Exception):
     """An error with a one-line message meant for the user (no traceback)."""
@@ -132,12 +134,11 @@ class TrackedFace:
 
     def widened(self, frames_unseen: int, state: str) -> "TrackedFace":
         """This face at a frame ``frames_unseen`` away from its last (or first) detection, as ``state``:
-        box and landmarks scaled about the box centre by 1 + UNSEEN_GROWTH per frame (at most
-        MAX_UNSEEN_SCALE, and at most MAX_UNSEEN_GROWTH_PX larger), because where the face is grows
-        less certain with every frame unseen."""
+        box and landmarks scaled about the box centre by cover_size.unseen_scale, because where the face
+        is grows less certain with every frame unseen."""
         x1, y1, x2, y2 = self.box.tolist()
         size = max(x2 - x1, y2 - y1, 1.0)
-        factor = min(1.0 + UNSEEN_GROWTH * max(frames_unseen, 0), MAX_UNSEEN_SCALE, 1.0 + MAX_UNSEEN_GROWTH_PX / size)
+        factor = unseen_scale(size, frames_unseen)
         box, landmarks = scaled_about_centre(self.box, self.landmarks, factor)
         return TrackedFace(self.track_id, box, landmarks, self.score, state)
 
@@ -156,17 +157,6 @@ def scaled_about_centre(box: np.ndarray, landmarks: np.ndarray, factor: float) -
     grown = np.array([cx + (x1 - cx) * factor, cy + (y1 - cy) * factor, cx + (x2 - cx) * factor,
                       cy + (y2 - cy) * factor])
     return grown, np.asarray(landmarks, np.float64) * factor + ((1.0 - factor) * cx, (1.0 - factor) * cy)
-
-
-# A held or back-filled face's cover grows by this share of its size per frame unseen: on
-# short_hamilton_clip.mp4 a fast woman at the frame edge was back-filled 11 frames at a box 30 px
-# off her face and held 7 frames at a box drifting the wrong way, leaving her recognisable (SFace
-# 0.57-0.89) under covers that missed half her face.
-UNSEEN_GROWTH = 0.05
-MAX_UNSEEN_SCALE = 1.6
-# ... but a large face that vanishes has usually turned away or left: the performer's 190 px face, held
-# 15 frames at up to 1.6x, covered hamilton's audience (solid fill over 80% of frame 54).
-MAX_UNSEEN_GROWTH_PX = 40
 
 
 @dataclass

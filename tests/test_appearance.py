@@ -132,7 +132,9 @@ def test_on_a_panning_crowd_matched_guesses_stay_where_their_face_was_seen(media
     def covers(match: bool) -> list[tuple[np.ndarray, TrackedFace]]:
         """(box on the canvas, face) of every face reported."""
         config = PipelineConfig()
-        config = replace(config, track=replace(config.track, match_templates=match))
+        # closer looks off: a held face they find is reported as detected, which would shrink the
+        # guesses without templates too (the two are compared below)
+        config = replace(config, track=replace(config.track, match_templates=match, verify_guesses=False))
         stage = FaceStage(config, clip.fps)
         buf = LookaheadBuffer(12, match_templates=match)
         done = []

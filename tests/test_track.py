@@ -4,8 +4,15 @@ import numpy as np
 import pytest
 
 from streamdeid.config import TrackConfig
-from streamdeid.track import FaceTracker, KalmanFilter, hungarian, iou_matrix, linear_assignment
-from streamdeid.types import UNSEEN_GROWTH, Detections
+from streamdeid.cover_size import UNSEEN_GROWTH
+from streamdeid.track import (
+    FaceTracker,
+    KalmanFilter,
+    hungarian,
+    iou_matrix,
+    linear_assignment,
+)
+from streamdeid.types import Detections
 
 TEMPLATE_LM = np.array([[0.34, 0.46], [0.66, 0.46], [0.5, 0.64], [0.37, 0.82], [0.63, 0.82]])  # in box units
 
@@ -337,3 +344,53 @@ def test_a_run_blind_to_a_small_face_holds_it_unwidened_on_the_same_clock():
         np.testing.assert_allclose(a.box[2:] - a.box[:2], (b.box[2:] - b.box[:2]) * (1 + UNSEEN_GROWTH * k),
                                    rtol=1e-4)
     assert seen_by[5] is None and blind_to[5] is None  # the same hold: 5 frames
+
+
+def test_a_closer_look_ends_a_hold_or_continues_the_track_or_leaves_it_held():
+    """TrackConfig.verify_guesses: on a detector run that missed a reported track, ``verify`` looks
+    closer. Nothing found by DOUBTS_TO_END looks in a row: the hold ends then (the face is remembered,
+    uncovered, and a later detection continues its track). A face found: the track goes on from it,
+    reported as detected. Not looked at (a small face): held as before."""
+    from streamdeid.track.tracker import DOUBTS_TO_END
+
+    box = face(100, 100)
+    found = dets([box + 2])
+
+    def run(*verdicts):
+        tracker = FaceTracker(fps=10, config=TrackConfig(hold_seconds=0.8))
+        tracker.update(dets([box]))
+        seen, outs = [], []
+        for verdict in verdicts:
+            outs.append(tracker.update(dets([]), verify=lambda b, v=verdict: (seen.append(b.copy()), v)[1]))
+        return tracker, outs, seen
+
+    assert DOUBTS_TO_END == 2
+    tracker, outs, seen = run((True, None), (True, None))
+    assert [(f.track_id, f.state) for f in outs[0]] == [(1, "held")]  # one look that finds nothing: held
+    assert outs[1] == [] and len(seen) == 2  # the second: the hold ends
+    np.testing.assert_allclose(seen[0], box, atol=1.0)  # the look was at the predicted box
+    assert tracker.update(None) == []  # not held on the frames after either
+    again = tracker.update(dets([box]))
+    assert [f.track_id for f in again] == [1]  # remembered: the same track when the face is back
+
+    # a look that finds the face between two that do not: the doubts start again
+    _, outs, _ = run((True, None), (True, found), (True, None))
+    assert [[f.state for f in out] for out in outs] == [["held"], ["detected"], ["held"]]
+    np.testing.assert_array_equal(outs[1][0].box, found.boxes[0])
+
+    _, outs, _ = run((False, None), (False, None), (False, None))
+    assert [[f.state for f in out] for out in outs] == [["held"]] * 3
+
+
+def test_no_closer_look_between_detector_runs_or_for_a_face_seen():
+    tracker = FaceTracker(fps=10, config=TrackConfig(hold_seconds=0.5))
+    calls = []
+
+    def verify(b):
+        calls.append(b)
+        return True, None
+
+    tracker.update(dets([face(100, 100)]), verify=verify)
+    tracker.update(None, verify=verify)
+    tracker.update(dets([face(101, 100)]), verify=verify)
+    assert calls == []

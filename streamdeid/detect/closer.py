@@ -1,11 +1,17 @@
-"""A closer look: is there a face at this box? YuNet on the crop around it, scaled to a size it sees well.
+"""A closer look: is there a face at this box? YuNet on the crop around it, at a scale it sees well.
 
-Used where one pass's word is not enough: the still passes keep a weak candidate only when a closer
-look confirms it (detect/still.py), and in a video a guess (a held face a detector run missed, or a
-back-filled one before a face's first detection) is kept covered only while a closer look still finds
-the face there (track/tracker.py, lookahead.py). The crop reaches ZOOM_CONTEXT face heights around the
-box and is scaled so the face is ZOOM_FACE_PX tall; YuNet runs on it at its native size as it is and
-after CLAHE (a dark face on a bright background needs the second), at the run's threshold.
+Used where one pass's word is not enough:
+
+* the still passes keep a weak candidate only when a closer look confirms it (detect/still.py): the crop
+  reaches ZOOM_CONTEXT face heights around the box, scaled so the face is ZOOM_FACE_PX tall;
+* in a video, a weak box that would start a track is reported at once only when a closer look (the
+  still passes' kind) confirms it, else from its second detector run (stages.FaceStage, look_at_weak);
+* in a video, a held face (a reported track a detector run missed) stays covered only while closer
+  looks still find it there (GuessCheck, track/tracker.py): GUESS_CONTEXT face heights at the frame's
+  own scale (never enlarged: a dark 50 px face enlarged to 96 px is lost to YuNet more often).
+
+YuNet runs on the crop at its native size as it is and after CLAHE (a dark face on a bright background
+needs the second), at the run's threshold.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ import cv2
 import numpy as np
 
 from streamdeid.detect.base import Detector
-from streamdeid.detect.finder import merge
+from streamdeid.detect.finder import brighten, merge
 from streamdeid.track.matching import iou_matrix
 from streamdeid.types import Detections
 
@@ -27,6 +33,10 @@ ZOOM_CONTEXT = 3.0
 ZOOM_FACE_PX = 96
 # A detection of the look is on the same face as the box from this IoU (the finder's NMS threshold).
 AGREE_IOU = 0.3
+# A guess's look (GuessCheck) reaches this many face heights around it, at the frame's own scale. On
+# hamilton's dark audience (frames 50-65, four hand-labelled 50 px faces): enlarged to 96 px with 3
+# heights around, YuNet found 3 of 16; at the frame's scale with 5 heights, 13 (with 3 heights, 8).
+GUESS_CONTEXT = 5.0
 
 
 def local_contrast(image: np.ndarray) -> np.ndarray:
@@ -37,37 +47,48 @@ def local_contrast(image: np.ndarray) -> np.ndarray:
     return cv2.cvtColor(lab, cv2.COLOR_LAB2BGR)
 
 
-def zoom_window(box: np.ndarray, width: int, height: int) -> tuple[int, int, int, int, float]:
-    """(x0, y0, x1, y1, scale): ZOOM_CONTEXT face heights around ``box``, scaled so the face is ZOOM_FACE_PX."""
+def zoom_window(box: np.ndarray, width: int, height: int, context: float = ZOOM_CONTEXT,
+                upscale: bool = True) -> tuple[int, int, int, int, float]:
+    """(x0, y0, x1, y1, scale): ``context`` face heights around ``box``, scaled so the face is ZOOM_FACE_PX
+    (``upscale`` False: never enlarged, only a larger face brought down to it)."""
     size = max(box[2] - box[0], box[3] - box[1], 1.0)
-    cx, cy, half = (box[0] + box[2]) / 2, (box[1] + box[3]) / 2, size * ZOOM_CONTEXT / 2
+    cx, cy, half = (box[0] + box[2]) / 2, (box[1] + box[3]) / 2, size * context / 2
     x0, y0 = int(max(0, cx - half)), int(max(0, cy - half))
     x1, y1 = int(min(width, cx + half)), int(min(height, cy + half))
-    return x0, y0, x1, y1, ZOOM_FACE_PX / size
+    scale = ZOOM_FACE_PX / size
+    return x0, y0, x1, y1, scale if upscale else min(1.0, scale)
 
 
 class CloserLook:
     """``look(image, box)``: the best detection on the face at ``box``, or None. One YuNet of its own
-    (native input size, ``finder``'s threshold): the finder's detectors keep their input sizes."""
+    (native input size, ``finder``'s threshold): the finder's detectors keep their input sizes.
+    ``context`` and ``upscale``: see zoom_window."""
 
-    def __init__(self, finder) -> None:
+    def __init__(self, finder, *, context: float = ZOOM_CONTEXT, upscale: bool = True) -> None:
         self._yunet: Detector = finder.detector(replace(finder.cfg, input_size=0))
+        self.context, self.upscale = context, upscale
         self.looks = 0  # crops looked at (the cost: two YuNet runs on a ~290 px crop each)
 
-    def look(self, image: np.ndarray, box: np.ndarray, frame: np.ndarray | None = None) -> Detections | None:
+    def look(self, image: np.ndarray, box: np.ndarray, frame: np.ndarray | None = None, *,
+             bright: bool = False) -> Detections | None:
         """The closer look at ``box`` ([4] x1 y1 x2 y2 in ``image``, [H, W, 3] uint8 BGR), framed around
         ``frame`` (default: ``box``): its best-scored detection on the same face (IoU > AGREE_IOU with
-        ``box`` or ``frame``), in image coordinates, or None."""
+        ``box`` or ``frame``), in image coordinates, or None. ``bright``: brighten the crop first, as the
+        finder brightens a dark frame (an image the still passes brightened already need not)."""
         box = np.asarray(box, np.float64)
         frame = box if frame is None else np.asarray(frame, np.float64)
         h, w = image.shape[:2]
-        x0, y0, x1, y1, scale = zoom_window(frame, w, h)
+        x0, y0, x1, y1, scale = zoom_window(frame, w, h, self.context, self.upscale)
         if x1 <= x0 or y1 <= y0:
             return None
         self.looks += 1
         crop = image[y0:y1, x0:x1]
         size = (max(1, round(crop.shape[1] * scale)), max(1, round(crop.shape[0] * scale)))
-        zoomed = cv2.resize(crop, size, interpolation=cv2.INTER_CUBIC)
+        shrink = scale < 1 and not self.upscale  # the still passes' look keeps its cubic resize either way
+        zoomed = cv2.resize(crop, size, interpolation=cv2.INTER_AREA if shrink else cv2.INTER_CUBIC) \
+            if scale != 1 else crop
+        if bright:
+            zoomed = brighten(zoomed)
         dets = merge([self._yunet.detect(zoomed), self._yunet.detect(local_contrast(zoomed))], AGREE_IOU)
         if not len(dets):
             return None
@@ -77,3 +98,31 @@ class CloserLook:
             return None
         best = int(np.argmax(np.where(same, dets.scores, -1.0)))
         return dets[best:best + 1]
+
+
+class GuessCheck:
+    """Is a held face (a reported track a detector run missed) still there? ``check(image, box)`` gives
+    (looked, found): a box under ``smallest`` px, or cut by the frame's edge, is not looked at (looked
+    False: the guess stands as before; a closer look at a small face sees mush, and one at a face the
+    edge cuts cannot frame it: hamilton's performer, hand-labelled at the right edge, was uncovered so),
+    otherwise ``found`` is the closer look's detection on it, or None when the look finds no face there.
+
+    On short_hamilton_clip.mp4 most of the frame changed where no reference face is came from held
+    faces kept half a second after the face had gone (benchmarks/precision.py --split: held 4.5% of
+    the frame): the performer's head after he turned away, dark audience heads."""
+
+    def __init__(self, look: CloserLook, smallest: float) -> None:
+        self.closer = look
+        self.smallest = float(smallest)
+
+    def __call__(self, image: np.ndarray, box: np.ndarray) -> tuple[bool, Detections | None]:
+        height = float(box[3] - box[1])
+        h, w = image.shape[:2]
+        if height < self.smallest or box[0] < 0 or box[1] < 0 or box[2] > w or box[3] > h:
+            return False, None  # too small, or cut by the frame's edge (the look cannot frame the face)
+        return True, self.closer.look(image, box, bright=True)
+
+    @staticmethod
+    def closer(finder) -> CloserLook:
+        """The look a held face gets: GUESS_CONTEXT face heights at the frame's own scale (never enlarged)."""
+        return CloserLook(finder, context=GUESS_CONTEXT, upscale=False)

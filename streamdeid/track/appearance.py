@@ -2,7 +2,7 @@
 
 A held cover (a face a detector run missed) and a back-filled one (a face on the frames before its
 first detection) are guesses, so they are widened with every frame unseen (TrackedFace.widened) and
-drawn with a wider margin (render.UNCERTAIN_GROWTH). On a camera panning over a crowd those guesses
+drawn with a wider margin (cover_size.py). On a camera panning over a crowd those guesses
 were most of the covered area: a face the small-face scan misses once is still there, in plain view,
 at the position the camera motion predicts. This module looks: the face's grey pixels at its last
 detection (the template) are matched (normalised cross-correlation, ``cv2.matchTemplate``) in a

@@ -61,16 +61,30 @@ import numpy as np
 
 from streamdeid.config import TrackConfig
 from streamdeid.track.kalman_filter import KalmanFilter, xyah_to_xyxy, xyxy_to_xyah
-from streamdeid.track.matching import NEAR_GATE, iou_matrix, linear_assignment, near_matrix
+from streamdeid.track.matching import (
+    NEAR_GATE,
+    iou_matrix,
+    linear_assignment,
+    near_matrix,
+)
 from streamdeid.types import Detections, TrackedFace
 
 from .appearance import moved_to
 
 # (track_id, predicted box [4]) -> the box moved onto the face's pixels, or None (see update)
 Locate = Callable[[int, np.ndarray], "np.ndarray | None"]
+# detection indices [K] that start tracks -> [K] bool, which of them are provisional (see update)
+Provisional = Callable[[np.ndarray], np.ndarray]
+# predicted box [4] -> (looked, the closer look's detection on it or None): see update and detect/closer.py
+Verify = Callable[[np.ndarray], "tuple[bool, Detections | None]"]
 
 # Detector runs that must match a track started by a provisional detection before it is reported.
 PROVISIONAL_HITS = 2
+
+# Closer looks in a row that must find no face before a hold ends (update's ``verify``): one look misses
+# a dark face now and then (hamilton's audience: a moving 55 px face the fast pass found every run, a look
+# at its held box did not, once), a face that has gone is missed by every look.
+DOUBTS_TO_END = 2
 
 # Largest centre speed of a held track, in box heights per frame.
 MAX_HELD_SPEED = 0.25
@@ -78,7 +92,7 @@ MAX_HELD_SPEED = 0.25
 
 class _Track:
     __slots__ = ("track_id", "mean", "cov", "score", "landmarks_rel", "height", "misses", "lost_age", "hits",
-                 "confirmed", "provisional", "unseen")
+                 "confirmed", "provisional", "unseen", "doubts")
 
     def __init__(self, track_id: int, kf: KalmanFilter, box: np.ndarray, score: float, landmarks: np.ndarray,
                  config: TrackConfig, provisional: bool = False) -> None:
@@ -90,6 +104,7 @@ class _Track:
         self.hits = 0  # detector runs that matched it
         self.unseen = 0  # frames since a detector run that could see it first missed it (0: none did)
         self.confirmed = False  # reported (see the module docstring)
+        self.doubts = 0  # closer looks in a row, since its last detection, that found no face (see update)
         self._observe(box, score, landmarks, config)
 
     def _observe(self, box: np.ndarray, score: float, landmarks: np.ndarray, config: TrackConfig) -> None:
@@ -113,6 +128,7 @@ class _Track:
         self.misses = 0
         self.lost_age = 0
         self.unseen = 0
+        self.doubts = 0
         self._observe(box, score, landmarks, config)
 
 
@@ -143,15 +159,19 @@ class FaceTracker:
         return tid
 
     def update(self, dets: Detections | None, *, cut: bool = False, motion: np.ndarray | None = None,
-               provisional: np.ndarray | None = None, blind_below: float = 0.0,
-               locate: Locate | None = None) -> list[TrackedFace]:
+               provisional: "np.ndarray | Provisional | None" = None, blind_below: float = 0.0,
+               locate: Locate | None = None, verify: Verify | None = None) -> list[TrackedFace]:
         """Advance one frame. ``motion``: the camera motion from the previous frame ([2, 3], see
         track/camera_motion.py), applied to every track before association. ``provisional``: [N]
         bool, detections that start a track reported only from its second detector run (back-filled
-        before it by the look-ahead). ``blind_below``: the height (px) under which this run could not
+        before it by the look-ahead); or a function giving that for the detections (indices [K]) that
+        start tracks, asked once per run. ``blind_below``: the height (px) under which this run could not
         see a face (see the module docstring). ``locate(track_id, box)``: where the track's face
         is found near its predicted ``box`` in this frame (track/appearance.py), or None; a held
-        face it finds is put there and not widened."""
+        face it finds is put there and not widened. ``verify(box)``: a closer look at a reported track
+        this run missed though it could see it (detector frames only): a face it finds continues the
+        track as a detection; where DOUBTS_TO_END looks in a row find none, the face has gone (turned
+        away, left, hidden) and its hold ends then (it is remembered, uncovered)."""
         self._predict(motion)
         self._age()
         if dets is None:
@@ -165,11 +185,13 @@ class FaceTracker:
         # reported from its second detector run (FaceStage sets it only when the look-ahead reaches back)
         taken = set(matched.values())
         unmatched = [di for di in left_dets if di not in taken]
+        if callable(provisional):  # decided only for the detections that start tracks (FaceStage: a closer look)
+            provisional = dict(zip(unmatched, provisional(np.array(unmatched, np.int64)).tolist()))
         new_tracks = [_Track(self._new_id(), self._kf, boxes[di], scores[di], landmarks[di], self.config,
                              provisional is not None and bool(provisional[di])) for di in unmatched]
         det_of = {id(self._tracks[ti]): di for ti, di in matched.items()}
         det_of.update({id(t): di for t, di in zip(new_tracks, unmatched)})
-        return self._report(self._tracks + new_tracks, det_of, dets, cut, blind_below, locate)
+        return self._report(self._tracks + new_tracks, det_of, dets, cut, blind_below, locate, verify)
 
     def _correct(self, matched: dict[int, int], dets: Detections) -> None:
         """Every matched track ({track index: detection index}) corrected by its detection, in one
@@ -223,11 +245,12 @@ class FaceTracker:
         return matched, left_dets
 
     def _report(self, tracks: list[_Track], det_of: dict[int, int], dets: Detections,
-                cut: bool, blind_below: float = 0.0, locate: Locate | None = None) -> list[TrackedFace]:
+                cut: bool, blind_below: float = 0.0, locate: Locate | None = None,
+                verify: Verify | None = None) -> list[TrackedFace]:
         """The faces to cover on a detector frame, and the tracks kept for the next one. ``det_of``:
         {id(track): detection index} of the tracks a detection continued or started; the others are
         held while within ``hold_frames`` of the run that first missed them (dropped at once at a cut).
-        ``locate``: see update."""
+        ``locate``, ``verify``: see update."""
         out: list[TrackedFace | None] = []
         kept: list[_Track] = []
         held: list[tuple[int, _Track]] = []  # (place in out, track): held faces are made in one batch
@@ -245,13 +268,39 @@ class FaceTracker:
             if cut or not self._kept(t):
                 continue
             if t.confirmed and t.lost_age <= self.hold_frames:
-                held.append((len(out), t))
-                out.append(None)
+                face = self._verified(t, verify, locate) if t.unseen and verify is not None else None
+                if face is not None:
+                    out.append(face)
+                elif t.lost_age <= self.hold_frames:
+                    held.append((len(out), t))
+                    out.append(None)
             kept.append(t)
         self._tracks = kept
         for (i, _), face in zip(held, self._held([t for _, t in held], locate)):
             out[i] = face
         return out
+
+    def _verified(self, t: _Track, verify: Verify, locate: Locate | None) -> TrackedFace | None:
+        """A closer look at a track this run missed: the face it finds, reported as detected (the track
+        continues from it), or None: not looked at, or looked at and not found (held as before, until
+        DOUBTS_TO_END looks in a row found nothing: then its hold ends, ``lost_age`` past the hold, so it
+        is remembered, uncovered). A face whose pixels ``locate`` finds near its box is not looked at: it is
+        there (held on them by _held), and the template costs 30 us where a look costs 10-20 ms."""
+        box = xyah_to_xyxy(t.mean[:4])
+        if locate is not None and locate(t.track_id, box) is not None:
+            t.doubts = 0
+            return None
+        looked, found = verify(box)
+        if not looked:
+            return None
+        if found is None:
+            t.doubts += 1
+            if t.doubts >= DOUBTS_TO_END:
+                t.lost_age = self.hold_frames + 1
+            return None
+        mean, cov = self._kf.update(t.mean[None], t.cov[None], xyxy_to_xyah(found.boxes))
+        t.matched(mean[0], cov[0], found.boxes[0], float(found.scores[0]), found.landmarks[0], self.config)
+        return TrackedFace(t.track_id, found.boxes[0], found.landmarks[0], float(found.scores[0]), "detected")
 
     def _predict(self, motion: np.ndarray | None) -> None:
         """Every track one frame ahead, in one batch ([N, 8] means, [N, 8, 8] covariances), then
