@@ -34,8 +34,8 @@ changes few). Also printed per medium: the whole frame area changed, the referen
 as recall.py counts it) and the wall time of each tool. ``--split`` runs the pipeline once more in
 process on the decoded frames and splits the off-reference pixels by the kind of cover that owns them
 (benchmarks/cover_area.py's kinds). Writes precision.json and sheet_<medium>.png (the frames with the
-most over-cover: input with reference regions in green, streamdeid, deface) to --out. Nothing is
-asserted.
+most over-cover: input with reference regions in green, with --compare an earlier run's output of the
+same frames, streamdeid, deface) to --out. Nothing is asserted.
 """
 
 from __future__ import annotations
@@ -283,13 +283,15 @@ def clip_fps(clip: Path) -> float:
 
 
 def sheet(job: dict, clip: Path, ours: Path, theirs: Path | None, boxes_of, entry: dict, args) -> None:
-    """The --sheet-frames frames with the most over-cover: input (reference regions green), streamdeid,
-    deface, side by side."""
+    """The --sheet-frames frames with the most over-cover: input (reference regions green), the --compare
+    run's output of the same frames ("before"), streamdeid, deface, side by side."""
     per_frame = entry["streamdeid"].get("per_frame", [])
     if not per_frame:
         return
     worst = sorted(np.argsort(per_frame)[::-1][:args.sheet_frames].tolist())
-    sources = [("input", clip), ("streamdeid", ours)] + ([("deface", theirs)] if theirs else [])
+    before = args.compare / ours.name if args.compare is not None else None
+    sources = [("input", clip)] + ([("before", before)] if before is not None and before.exists() else []) \
+        + [("streamdeid", ours)] + ([("deface", theirs)] if theirs else [])
     pictures = [dict(read_frames(p, set(worst))) for _, p in sources]
     rows = []
     for t in worst:
@@ -354,6 +356,9 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--deface-python", default=None, help="Python of a venv with deface (default ~/venv-deface)")
     ap.add_argument("--split", action="store_true", help="also split the off-reference area by kind of cover")
     ap.add_argument("--sheet-frames", type=int, default=4)
+    ap.add_argument("--compare", type=Path, default=None,
+                    help="the --out of an earlier run (e.g. --code on an older commit): its outputs of the same "
+                         "frames go on the contact sheets as 'before'")
     ap.add_argument("--out", type=Path, default=Path("precision-out"))
     return ap.parse_args()
 

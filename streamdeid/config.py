@@ -75,8 +75,10 @@ class TrackConfig:
     verify_guesses: bool = True
     # A weak detection (under stages.WEAK_SCORE) that starts a track gets a closer look (detect/closer.py,
     # as the still passes' candidates): where the look finds no face, the track is reported only from its
-    # second detector run (the look-ahead covers the frames before). Off: reported at once.
-    look_at_weak: bool = True
+    # second detector run (the look-ahead covers the frames before). Off by default: measured with it on
+    # (benchmarks/recall.py, docs/precision.md), 7 of hamilton's 20 featureless back-row heads and two
+    # hand-labelled faces of 55 px went uncovered, for 0.9 points less over-cover.
+    look_at_weak: bool = False
 
 
 @dataclass

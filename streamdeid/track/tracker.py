@@ -92,7 +92,7 @@ MAX_HELD_SPEED = 0.25
 
 class _Track:
     __slots__ = ("track_id", "mean", "cov", "score", "landmarks_rel", "height", "misses", "lost_age", "hits",
-                 "confirmed", "provisional", "unseen", "doubts")
+                 "confirmed", "provisional", "unseen", "doubts", "gone")
 
     def __init__(self, track_id: int, kf: KalmanFilter, box: np.ndarray, score: float, landmarks: np.ndarray,
                  config: TrackConfig, provisional: bool = False) -> None:
@@ -105,6 +105,7 @@ class _Track:
         self.unseen = 0  # frames since a detector run that could see it first missed it (0: none did)
         self.confirmed = False  # reported (see the module docstring)
         self.doubts = 0  # closer looks in a row, since its last detection, that found no face (see update)
+        self.gone = False  # its hold ended early: closer looks found the face gone (remembered, not covered)
         self._observe(box, score, landmarks, config)
 
     def _observe(self, box: np.ndarray, score: float, landmarks: np.ndarray, config: TrackConfig) -> None:
@@ -129,6 +130,7 @@ class _Track:
         self.lost_age = 0
         self.unseen = 0
         self.doubts = 0
+        self.gone = False
         self._observe(box, score, landmarks, config)
 
 
@@ -147,11 +149,16 @@ class FaceTracker:
     @property
     def num_tracks(self) -> int:
         """Tracks reported or waiting for confirmation (not those only remembered)."""
-        return sum(t.lost_age <= self.hold_frames for t in self._tracks)
+        return sum(self._holding(t) for t in self._tracks)
 
     def _kept(self, t: _Track) -> bool:
         """Whether a track missed by the detector is still kept: held, or remembered if it was reported."""
         return t.lost_age <= self.hold_frames or (t.confirmed and t.lost_age <= self.remember_frames)
+
+    def _holding(self, t: _Track) -> bool:
+        """Whether a track is held (covered if confirmed): found at the last run, or missed within its hold
+        and not found gone by closer looks."""
+        return t.lost_age <= self.hold_frames and not t.gone
 
     def _new_id(self) -> int:
         tid = self._next_id
@@ -176,7 +183,7 @@ class FaceTracker:
         self._age()
         if dets is None:
             self._tracks = [t for t in self._tracks if self._kept(t)]
-            return self._held([t for t in self._tracks if t.confirmed and t.lost_age <= self.hold_frames], locate)
+            return self._held([t for t in self._tracks if t.confirmed and self._holding(t)], locate)
 
         boxes, scores, landmarks = dets.boxes, dets.scores, dets.landmarks
         matched, left_dets = self._associate(boxes, scores)
@@ -202,7 +209,7 @@ class FaceTracker:
         di = np.fromiter(matched.values(), np.int64, len(matched))
         measured = xyxy_to_xyah(dets.boxes[di])  # [M, 4] float64
         for t, z in zip(tracks, measured):
-            if t.lost_age > self.hold_frames:  # remembered: where it stood is stale, start from the detection
+            if not self._holding(t):  # remembered: where it stood is stale, start from the detection
                 t.mean, t.cov = self._kf.initiate(z)
         mean, cov = self._kf.update(np.stack([t.mean for t in tracks]), np.stack([t.cov for t in tracks]), measured)
         for t, m, c, d in zip(tracks, mean, cov, di.tolist()):
@@ -267,11 +274,11 @@ class FaceTracker:
                 t.unseen = t.unseen or 1
             if cut or not self._kept(t):
                 continue
-            if t.confirmed and t.lost_age <= self.hold_frames:
+            if t.confirmed and self._holding(t):
                 face = self._verified(t, verify, locate) if t.unseen and verify is not None else None
                 if face is not None:
                     out.append(face)
-                elif t.lost_age <= self.hold_frames:
+                elif self._holding(t):
                     held.append((len(out), t))
                     out.append(None)
             kept.append(t)
@@ -283,8 +290,8 @@ class FaceTracker:
     def _verified(self, t: _Track, verify: Verify, locate: Locate | None) -> TrackedFace | None:
         """A closer look at a track this run missed: the face it finds, reported as detected (the track
         continues from it), or None: not looked at, or looked at and not found (held as before, until
-        DOUBTS_TO_END looks in a row found nothing: then its hold ends, ``lost_age`` past the hold, so it
-        is remembered, uncovered). A face whose pixels ``locate`` finds near its box is not looked at: it is
+        DOUBTS_TO_END looks in a row found nothing: then its hold ends, ``gone``: it is remembered,
+        uncovered, for as long as a track lost then would be). A face whose pixels ``locate`` finds near its box is not looked at: it is
         there (held on them by _held), and the template costs 30 us where a look costs 10-20 ms."""
         box = xyah_to_xyxy(t.mean[:4])
         if locate is not None and locate(t.track_id, box) is not None:
@@ -296,7 +303,7 @@ class FaceTracker:
         if found is None:
             t.doubts += 1
             if t.doubts >= DOUBTS_TO_END:
-                t.lost_age = self.hold_frames + 1
+                t.gone = True
             return None
         mean, cov = self._kf.update(t.mean[None], t.cov[None], xyxy_to_xyah(found.boxes))
         t.matched(mean[0], cov[0], found.boxes[0], float(found.scores[0]), found.landmarks[0], self.config)
@@ -315,7 +322,7 @@ class FaceTracker:
         mean[held, 6:8] = 0.0
         limit = (MAX_HELD_SPEED * height[held])[:, None]
         mean[held, 4:6] = np.clip(mean[held, 4:6], -limit, limit)
-        remembered = np.array([t.lost_age > self.hold_frames for t in self._tracks])
+        remembered = np.array([not self._holding(t) for t in self._tracks])
         mean[remembered, 4:6] = 0.0  # no longer covered: it stands where it was lost (and moves with the camera)
         mean, cov = self._kf.predict(mean, cov)
         mean[:, 2] = np.maximum(mean[:, 2], 1e-2)
