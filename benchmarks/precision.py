@@ -53,7 +53,7 @@ import cv2
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from crowd import run_cli, tracking_pass  # noqa: E402
+from crowd import SUMMARY, run_cli, tracking_pass  # noqa: E402
 from recall import HAND, MEDIA, cached, references  # noqa: E402
 
 from streamdeid.eval.recall import (  # noqa: E402
@@ -69,7 +69,6 @@ from streamdeid.eval.recall import (  # noqa: E402
     read_frames,
 )
 
-SUMMARY = re.compile(r"(\d+) frames, (\d+) faces, (\d+) tracks")
 DEFAULT_MEDIA = [
     "people-detection.mp4", "person-bicycle-car-detection.mp4", "store-aisle-detection.mp4",
     "worker-zone-detection.mp4", "short_hamilton_clip.mp4", "pan:crowd_marching_band.jpg", "pan:crowd_parade.jpg",

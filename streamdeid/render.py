@@ -23,32 +23,19 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .align.aligner import (
-    box_matrices,
-    crop_matrix,
-    invert_similarities,
-    template_fits,
-    warp_aligned,
-)
+from .align.aligner import box_matrices, crop_matrix, invert_similarities, template_fits, warp_aligned
 from .anonymize.base import Anonymizer
 from .anonymize.classic import SolidAnonymizer
 from .blend import WarpedFace, blend_into, face_mask, mask_support, warp_to_frame
 from .blend.paste import paste_rois
 from .config import AlignConfig, AnonymizeConfig, BlendConfig
 from .cover_size import drawn_growth
-from .types import (
-    AlignedFace,
-    FaceContext,
-    FrameResult,
-    TrackedFace,
-    scaled_about_centre,
-)
+from .types import AlignedFace, FaceContext, FrameResult, TrackedFace, scaled_about_centre
 
 if TYPE_CHECKING:
     from .leakguard import LeakGuard
 
 log = logging.getLogger(__name__)
-
 
 # Crop sides a scale-free anonymizer's small faces get, smallest first, and how many crop pixels per
 # pixel of face height they must have (the face box spans about 0.57 of the crop: at 2 a 20 px face

@@ -79,7 +79,7 @@ class FaceStage:
         self.templates = TemplateStore() if config.track.match_templates else None
         self._closer = GuessCheck.closer(self.finder) if config.track.verify_guesses else None
         self._weak_look = CloserLook(self.finder) if config.track.look_at_weak else None
-        # set on the first frame: held and back-filled guesses from the fast pass's floor up get a closer look
+        # set on the first frame: held faces from the fast pass's floor up get closer looks
         self.guess_check: GuessCheck | None = None
         self.smallest_face: float | None = None  # set on the first frame
         self.scan_gate = scan_gate

@@ -5,13 +5,7 @@ import pytest
 
 from streamdeid.config import TrackConfig
 from streamdeid.cover_size import UNSEEN_GROWTH
-from streamdeid.track import (
-    FaceTracker,
-    KalmanFilter,
-    hungarian,
-    iou_matrix,
-    linear_assignment,
-)
+from streamdeid.track import FaceTracker, KalmanFilter, hungarian, iou_matrix, linear_assignment
 from streamdeid.types import Detections
 
 TEMPLATE_LM = np.array([[0.34, 0.46], [0.66, 0.46], [0.5, 0.64], [0.37, 0.82], [0.63, 0.82]])  # in box units

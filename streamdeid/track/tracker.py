@@ -61,12 +61,7 @@ import numpy as np
 
 from streamdeid.config import TrackConfig
 from streamdeid.track.kalman_filter import KalmanFilter, xyah_to_xyxy, xyxy_to_xyah
-from streamdeid.track.matching import (
-    NEAR_GATE,
-    iou_matrix,
-    linear_assignment,
-    near_matrix,
-)
+from streamdeid.track.matching import NEAR_GATE, iou_matrix, linear_assignment, near_matrix
 from streamdeid.types import Detections, TrackedFace
 
 from .appearance import moved_to
