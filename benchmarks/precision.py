@@ -63,6 +63,7 @@ from streamdeid.eval.recall import (  # noqa: E402
     changed_pixels,
     deface_python,
     evaluate,
+    head_mask,
     frame_pairs,
     merge_references,
     python_has_deface,
@@ -173,17 +174,6 @@ def safe(name: str) -> str:
 # ---- measures ------------------------------------------------------------------------------------
 
 
-def head_mask(shape: tuple[int, int], boxes, grow: float) -> np.ndarray:
-    """[H, W] bool: every reference box grown by ``grow`` of its size on each side."""
-    h, w = shape
-    mask = np.zeros((h, w), bool)
-    for x1, y1, x2, y2 in boxes:
-        gx, gy = (x2 - x1) * grow, (y2 - y1) * grow
-        mask[max(int(y1 - gy), 0):max(min(int(y2 + gy) + 1, h), 0),
-             max(int(x1 - gx), 0):max(min(int(x2 + gx) + 1, w), 0)] = True
-    return mask
-
-
 def pixel_measures(clip: Path, output: Path, boxes_of: dict[int, list], grow: float) -> dict | None:
     """Mean shares of the frame changed: everywhere, and outside every head region ('over_cover');
     per frame too. None when the output's frames do not line up with the input's (deface on hamilton)."""
@@ -250,35 +240,27 @@ def split_area(clip: Path, boxes_of: dict[int, list], grow: float) -> dict[str, 
 
     from streamdeid.config import PipelineConfig
     from streamdeid.pipeline import build_renderer, process_frames
+    from streamdeid.eval.video import clip_fps
     from streamdeid.summary import RunSummary
     from streamdeid.types import Frame
 
     config = PipelineConfig()
     config = replace(config, anonymize=replace(config.anonymize, method="solid"))
-    frames = [(t, img) for t, img in read_frames(clip)]
-    h, w = frames[0][1].shape[:2]
     pixels: dict[str, int] = {}
+    frame_px = [0]  # pixels of every frame seen
 
     def observe(result, pasted) -> None:
-        outside = ~head_mask((h, w), boxes_of.get(result.frame.index, []), grow)
+        shape = result.frame.image.shape[:2]
+        frame_px[0] += shape[0] * shape[1]
+        outside = ~head_mask(shape, boxes_of.get(result.frame.index, []), grow)
         for p in pasted:
             x, y, rw, rh = p.roi
             off = int((p.owned & outside[y:y + rh, x:x + rw]).sum())
             pixels[kind(p.face)] = pixels.get(kind(p.face), 0) + off
 
-    fps = clip_fps(clip)
-    process_frames((Frame(t, img, t, None) for t, img in frames), config, build_renderer(config), fps=fps,
-                   emit=lambda _f: None, observers=[observe], summary=RunSummary())
-    total = w * h * len(frames)
-    return {k: round(v / total, 5) for k, v in sorted(pixels.items())}
-
-
-def clip_fps(clip: Path) -> float:
-    import av
-
-    with av.open(str(clip)) as c:
-        rate = c.streams.video[0].average_rate
-        return float(rate) if rate else 25.0
+    process_frames((Frame(t, img, t, None) for t, img in read_frames(clip)), config, build_renderer(config),
+                   fps=clip_fps(clip), emit=lambda _f: None, observers=[observe], summary=RunSummary())
+    return {k: round(v / frame_px[0], 5) for k, v in sorted(pixels.items())}
 
 
 def sheet(job: dict, clip: Path, ours: Path, theirs: Path | None, boxes_of, entry: dict, args) -> None:

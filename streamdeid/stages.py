@@ -33,10 +33,6 @@ from .types import Detections, Frame, FrameResult
 # 33.3%, but 7 of hamilton's 20 featureless heads (hand-labelled, uncertain) uncovered; none with this rule.
 WEAK_SCORE = 0.5
 
-# Held faces from this many times the fast pass's floor up get closer looks (detect/closer.py GuessCheck;
-# 24 px at 640x360, 48 px at 1280x720). A smaller face would be enlarged to be looked at, which loses dark faces.
-GUESS_FROM_FLOOR = 1.0
-
 FrameObserver = Callable[[FrameResult, list[PastedFace]], None]
 
 
@@ -77,10 +73,8 @@ class FaceStage:
         self.scene_cut = SceneCutDetector()
         self.camera = CameraMotion() if config.track.camera_motion else None
         self.templates = TemplateStore() if config.track.match_templates else None
-        self._closer = GuessCheck.closer(self.finder) if config.track.verify_guesses else None
+        self.guess_check = GuessCheck(self.finder) if config.track.verify_guesses else None
         self._weak_look = CloserLook(self.finder) if config.track.look_at_weak else None
-        # set on the first frame: held faces from the fast pass's floor up get closer looks
-        self.guess_check: GuessCheck | None = None
         self.smallest_face: float | None = None  # set on the first frame
         self.scan_gate = scan_gate
         self.scans_skipped = 0
@@ -97,8 +91,6 @@ class FaceStage:
         if self.smallest_face is None:
             h, w = frame.image.shape[:2]
             self.smallest_face = self.finder.smallest_face(w, h)
-            if self._closer is not None:
-                self.guess_check = GuessCheck(self._closer, GUESS_FROM_FLOOR * self.finder.fast_floor(w, h))
         provisional = None
         blind_below = 0.0
         if cut or self._countdown <= 0:

@@ -11,9 +11,8 @@ from streamdeid.detect.finder import FaceFinder
 from streamdeid.types import Detections
 
 
-def _check(smallest: float = 24.0) -> GuessCheck:
-    finder = FaceFinder(DetectConfig())
-    return GuessCheck(GuessCheck.closer(finder), smallest)
+def _check() -> GuessCheck:
+    return GuessCheck(FaceFinder(DetectConfig()))
 
 
 def test_a_guess_on_a_face_is_found_and_one_on_the_wall_is_not(media) -> None:
@@ -34,9 +33,10 @@ def test_a_guess_on_a_face_is_found_and_one_on_the_wall_is_not(media) -> None:
 
 def test_small_and_edge_guesses_are_not_looked_at(media) -> None:
     image = cv2.imread(str(media / "two_people.jpg"))
-    check = _check(smallest=40.0)
-    assert check(image, np.array([100.0, 100.0, 130.0, 130.0])) == (False, None)  # 30 px < 40
-    w = image.shape[1]
+    check = _check()
+    h, w = image.shape[:2]
+    assert FaceFinder(DetectConfig()).fast_floor(w, h) > 30  # 42 px on this 1126x661 photo
+    assert check(image, np.array([100.0, 100.0, 130.0, 130.0])) == (False, None)  # 30 px: under the floor
     assert check(image, np.array([w - 30.0, 100.0, w + 30.0, 180.0])) == (False, None)  # cut by the edge
     assert check.closer.looks == 0
 

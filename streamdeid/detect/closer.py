@@ -118,27 +118,23 @@ class CloserLook:
 
 class GuessCheck:
     """Is a held face (a reported track a detector run missed) still there? ``check(image, box)`` gives
-    (looked, found): a box under ``smallest`` px, or cut by the frame's edge, is not looked at (looked
-    False: the guess stands as before; a closer look at a small face sees mush, and one at a face the
-    edge cuts cannot frame it: hamilton's performer, hand-labelled at the right edge, was uncovered so),
-    otherwise ``found`` is the closer look's detection on it, or None when the look finds no face there.
+    (looked, found): a box under the fast pass's reliable face size (``finder.fast_floor``: 24 px at
+    640x360, 48 px at 1280x720), or cut by the frame's edge, is not looked at (looked False: the guess
+    stands as before; a smaller face would be enlarged to be looked at, which loses dark faces, and a look
+    at a face the edge cuts cannot frame it: hamilton's performer, hand-labelled at the right edge, was
+    uncovered so), otherwise ``found`` is the closer look's detection on it (GUESS_CONTEXT face heights
+    at the frame's own scale, never enlarged), or None when the look finds no face there.
 
     On short_hamilton_clip.mp4 most of the frame changed where no reference face is came from held
     faces kept half a second after the face had gone (benchmarks/precision.py --split: held 4.5% of
     the frame): the performer's head after he turned away, dark audience heads."""
 
-    def __init__(self, look: CloserLook, smallest: float) -> None:
-        self.closer = look
-        self.smallest = float(smallest)
+    def __init__(self, finder) -> None:
+        self.closer = CloserLook(finder, context=GUESS_CONTEXT, upscale=False, first=True, face_px=GUESS_FACE_PX)
+        self._floor = finder.fast_floor
 
     def __call__(self, image: np.ndarray, box: np.ndarray) -> tuple[bool, Detections | None]:
-        height = float(box[3] - box[1])
         h, w = image.shape[:2]
-        if height < self.smallest or box[0] < 0 or box[1] < 0 or box[2] > w or box[3] > h:
+        if box[3] - box[1] < self._floor(w, h) or box[0] < 0 or box[1] < 0 or box[2] > w or box[3] > h:
             return False, None  # too small, or cut by the frame's edge (the look cannot frame the face)
         return True, self.closer.look(image, box, bright=True)
-
-    @staticmethod
-    def closer(finder) -> CloserLook:
-        """The look a held face gets: GUESS_CONTEXT face heights at the frame's own scale (never enlarged)."""
-        return CloserLook(finder, context=GUESS_CONTEXT, upscale=False, first=True, face_px=GUESS_FACE_PX)

@@ -203,17 +203,24 @@ class RecallReport:
         }
 
 
+def head_mask(shape: tuple[int, int], boxes: Iterable[np.ndarray], grow: float = 0.6) -> np.ndarray:
+    """[H, W] bool: every reference box ([4] x1 y1 x2 y2) grown by ``grow`` of its size on each side (hair,
+    chin and the mask's margin), the regions a cover of a reference face may change."""
+    h, w = shape
+    mask = np.zeros((h, w), bool)
+    for x1, y1, x2, y2 in boxes:
+        gx, gy = (x2 - x1) * grow, (y2 - y1) * grow
+        mask[max(int(y1 - gy), 0):max(min(int(y2 + gy) + 1, h), 0),
+             max(int(x1 - gx), 0):max(min(int(x2 + gx) + 1, w), 0)] = True
+    return mask
+
+
 def over_cover_share(original: np.ndarray, output: np.ndarray, faces: Iterable[ReferenceFace],
                      grow: float = 0.6) -> float:
-    """Share of the frame changed away from every reference face (each box grown by ``grow`` per side
-    for hair and the mask's margin): what the pipeline covered where no reference saw a face."""
+    """Share of the frame changed away from every reference face (head_mask): what the pipeline covered
+    where no reference saw a face."""
     changed = changed_pixels(original, output)
-    h, w = changed.shape
-    for f in faces:
-        x1, y1, x2, y2 = f.box
-        gx, gy = (x2 - x1) * grow, (y2 - y1) * grow
-        changed[max(int(y1 - gy), 0):min(int(y2 + gy) + 1, h), max(int(x1 - gx), 0):min(int(x2 + gx) + 1, w)] = False
-    return float(changed.mean())
+    return float((changed & ~head_mask(changed.shape, (f.box for f in faces), grow)).mean())
 
 
 def evaluate(name: str, pairs: Iterable[tuple[int, np.ndarray, np.ndarray]],

@@ -270,36 +270,34 @@ class FaceTracker:
             if cut or not self._kept(t):
                 continue
             if t.confirmed and self._holding(t):
-                face = self._verified(t, verify, locate) if t.unseen and verify is not None else None
-                if face is not None:
-                    out.append(face)
-                elif self._holding(t):
-                    held.append((len(out), t))
-                    out.append(None)
+                held.append((len(out), t))
+                out.append(None)
             kept.append(t)
         self._tracks = kept
-        for (i, _), face in zip(held, self._held([t for _, t in held], locate)):
-            out[i] = face
-        return out
+        for (i, t), face in zip(held, self._held([t for _, t in held], locate)):
+            # a face a run that could see it missed, whose pixels are not where it is guessed: look closer
+            out[i] = self._verified(t, face, verify) if t.unseen and verify is not None else face
+        return [f for f in out if f is not None]
 
-    def _verified(self, t: _Track, verify: Verify, locate: Locate | None) -> TrackedFace | None:
-        """A closer look at a track this run missed: the face it finds, reported as detected (the track
-        continues from it), or None: not looked at, or looked at and not found (held as before, until
-        DOUBTS_TO_END looks in a row found nothing: then its hold ends, ``gone``: it is remembered,
-        uncovered, for as long as a track lost then would be). A face whose pixels ``locate`` finds near its box is not looked at: it is
-        there (held on them by _held), and the template costs 30 us where a look costs 10-20 ms."""
-        box = xyah_to_xyxy(t.mean[:4])
-        if locate is not None and locate(t.track_id, box) is not None:
+    def _verified(self, t: _Track, held: TrackedFace, verify: Verify) -> TrackedFace | None:
+        """``held``, the face _held made for a track this run missed, after a closer look at its predicted
+        box: the face the look finds, reported as detected (the track continues from it); ``held`` when
+        its pixels were found there by template (it is there: no look, which costs 10-20 ms where the
+        template cost 30 us), when it is not looked at, or when the look finds nothing for the first time;
+        None once DOUBTS_TO_END looks in a row found nothing: its hold ends, ``gone`` (it is remembered,
+        uncovered, for as long as a track lost then would be)."""
+        if held.matched:
             t.doubts = 0
-            return None
-        looked, found = verify(box)
+            return held
+        looked, found = verify(xyah_to_xyxy(t.mean[:4]))
         if not looked:
-            return None
+            return held
         if found is None:
             t.doubts += 1
             if t.doubts >= DOUBTS_TO_END:
                 t.gone = True
-            return None
+                return None
+            return held
         mean, cov = self._kf.update(t.mean[None], t.cov[None], xyxy_to_xyah(found.boxes))
         t.matched(mean[0], cov[0], found.boxes[0], float(found.scores[0]), found.landmarks[0], self.config)
         return TrackedFace(t.track_id, found.boxes[0], found.landmarks[0], float(found.scores[0]), "detected")
