@@ -24,7 +24,8 @@ from .restore import MODEL_MODE_CAVEAT, RecoverResult, recover
 from .types import Frame, FrameResult, StreamdeidError
 from .vault_glue import VaultRecorder, open_vault_writer, pipeline_meta, vault_path_for, vault_quality, video_id_tag
 from .video.images import is_image, list_media
-from .video.reader import open_source, redact_url
+from .redact import redact
+from .video.reader import open_source
 from .video.writer import StreamWriter, VideoWriter, is_stream_output, write_image
 
 __all__ = ["MODEL_MODE_CAVEAT", "RecoverResult", "RunResult", "anonymize", "recover"]
@@ -105,7 +106,7 @@ def _anonymize_video(src: str, out: Path | str, config: PipelineConfig, keys: Ru
         vault_writer = None
         try:
             summary = RunSummary()
-            observers, closers = _observers(config, summary)
+            observers, closers = track_observers(config, summary)
             if vault_path is not None:
                 vault_writer = open_vault_writer(vault_path, keys, source=src, output=out,
                                                  store_crops=store_crops, overwrite=config.output.overwrite,
@@ -122,7 +123,7 @@ def _anonymize_video(src: str, out: Path | str, config: PipelineConfig, keys: Ru
             if summary.interrupted:
                 kept = writer.abort_keep_partial()  # None for a stream: what was sent is sent
                 out = out if kept is None else Path(kept)
-                log.warning("interrupted: %d frames written to %s", summary.frames, redact_url(str(out)))
+                log.warning("interrupted: %d frames written to %s", summary.frames, redact(str(out)))
         finally:
             for close in closers:
                 close()
@@ -184,7 +185,7 @@ def _finish_vault(vault_writer, vault_path: Path | None, ok: bool, interrupted: 
     return None
 
 
-def _observers(config: PipelineConfig, summary: RunSummary | None = None):
+def track_observers(config: PipelineConfig, summary: RunSummary | None = None):
     """The audit log (with ``summary``: its per-track --keep/--only decisions are written at close)."""
     observers, closers = [], []
     if config.export_tracks:
@@ -211,7 +212,7 @@ def _anonymize_image(src: Path, out: Path, config: PipelineConfig, keys: RunKeys
     result = FrameResult(Frame(0, image, None, None), faces)
     selection = _select_still(result, config, finder) if config.select.mode else None
     pasted = renderer.render(result)
-    observers, closers = _observers(config)
+    observers, closers = track_observers(config)
     for obs in observers:
         obs(result, pasted)
     for close in closers:

@@ -23,6 +23,7 @@ from .cli_config import (
 )
 from .config import PipelineConfig
 from .registry import BACKENDS, METHODS
+from .redact import redact, redact_logging
 from .types import OutputClosed, StreamdeidError
 
 EXIT_ERROR = 1
@@ -48,10 +49,10 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except OutputClosed as exc:  # `... -o - | head`: say so in one line, exit as SIGPIPE would
             _silence_stdout()
-            click.echo(f"streamdeid: {exc}", err=True)
+            click.echo(f"streamdeid: {redact(str(exc))}", err=True)
             ctx.exit(EXIT_PIPE_CLOSED)
         except StreamdeidError as exc:
-            click.echo(f"streamdeid: error: {exc}", err=True)
+            click.echo(f"streamdeid: error: {redact(str(exc))}", err=True)
             ctx.exit(EXIT_ERROR)
         except KeyboardInterrupt:
             click.echo("streamdeid: interrupted", err=True)
@@ -61,7 +62,7 @@ class _Group(click.Group):
         except Exception as exc:  # a bug of ours: still one line (the traceback with -v)
             if logging.getLogger().isEnabledFor(logging.INFO):
                 logging.getLogger("streamdeid").exception("internal error")
-            detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            detail = redact(str(exc)).strip().splitlines()[0] if str(exc).strip() else ""
             click.echo(f"streamdeid: internal error: {type(exc).__name__}: {detail} (rerun with -v for details;"
                        " please report it)", err=True)
             ctx.exit(EXIT_ERROR)
@@ -81,6 +82,7 @@ def main(verbose: bool) -> None:
     """
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="streamdeid: %(levelname)s: %(message)s")
+    redact_logging()  # a library's log line may quote a camera URL whole
 
 
 @main.command()
@@ -113,7 +115,7 @@ def main(verbose: bool) -> None:
 @click.option("--max-latency", type=click.FloatRange(min=0.05), default=1.0, show_default=True, help="Live: frames older than this (seconds) are dropped whole before anonymization.")
 @click.option("--segment-time", type=click.FloatRange(min=1), default=None, help="Live: rotate the recording into playable segments of this many seconds.")
 @click.option("--max-retries", type=click.IntRange(min=-1), default=10, show_default=True, help="Live: reconnect attempts per outage (-1: forever); then exit 3.")
-@click.option("--rtsp-transport", type=click.Choice(["tcp", "udp"]), default="tcp", show_default=True, help="Live: RTSP lower transport.")
+@click.option("--rtsp-transport", type=click.Choice(["auto", "tcp", "udp"]), default="auto", show_default=True, help="Live: how RTP travels from an RTSP camera. auto: interleaved TCP (no loss, one port), then UDP when the server refuses TCP (some older cameras and NVRs); the log says when UDP is used. tcp or udp: that one only.")
 @click.option("--read-timeout", type=click.FloatRange(min=0.1), default=5.0, show_default=True, help="Live: seconds without data before the feed counts as dropped.")
 @click.option("--stats-json", type=str, default=None, help="Live: statistics as JSON lines to this file (or - for stderr).")
 @click.option("--stats-interval", type=click.FloatRange(min=0), default=5.0, show_default=True, help="Live: seconds between statistics reports (0: none).")
@@ -144,7 +146,7 @@ def run(input: str, **options) -> None:
       streamdeid run rtsp://cam/stream -o - | ffplay -
     """
     from .folder import FAILED
-    from .video.reader import is_live_input, redact_url
+    from .video.reader import is_live_input
 
     config = pipeline_config(options, RUN_OPTIONS)
     apply_selection(config, options)
@@ -160,7 +162,7 @@ def run(input: str, **options) -> None:
                                   new_key=options["new_key"], vault=not options["no_vault"],
                                   store_crops=not no_crops, skip_existing=options["skip_existing"])
     # a push target may carry credentials (rtsp://user:secret@...)
-    click.echo(f"streamdeid: {result.summary.line()} ({config.anonymize.method}) -> {redact_url(str(result.output))}",
+    click.echo(f"streamdeid: {result.summary.line()} ({config.anonymize.method}) -> {redact(str(result.output))}",
                err=True)
     model_path = options["model_path"]
     how = (" --mode model" + (f" --model {model_path}" if model_path else "")) if no_crops else ""
@@ -208,12 +210,12 @@ def _echo_folder(files) -> None:
     click.echo(f"streamdeid: {summary_line(files)}", err=True)
     for f in files:
         if f.status == FAILED:
-            click.echo(f"streamdeid: failed: {f.input}: {f.error}", err=True)
+            click.echo(f"streamdeid: failed: {redact(f'{f.input}: {f.error}')}", err=True)
 
 
 def _run_live(source: str, output: str | None, config: PipelineConfig, live, *, key_file: str | None,
               new_key: bool, vault: bool) -> None:
-    from .api import renderer_for
+    from .api import renderer_for, track_observers
     from .keys import run_keys
     from .live import LiveSourceLost, run_live
     from .vault_glue import segment_vault_factory
@@ -230,12 +232,17 @@ def _run_live(source: str, output: str | None, config: PipelineConfig, live, *, 
         factory = segment_vault_factory(keys, config, renderer.anonymizer)
     else:
         click.echo("streamdeid: no recovery vault: this output is irreversible", err=True)
+    observers, closers = track_observers(config)  # --export-tracks
     try:
-        summary = run_live(source, output, config, live, renderer=renderer, vault_factory=factory)
+        summary = run_live(source, output, config, live, renderer=renderer, vault_factory=factory,
+                           observers=observers)
     except LiveSourceLost as exc:
-        click.echo(f"streamdeid: error: {exc}", err=True)
+        click.echo(f"streamdeid: error: {redact(str(exc))}", err=True)
         sys.exit(3)
-    click.echo(f"streamdeid: {summary.line()} ({config.anonymize.method}) -> {output}", err=True)
+    finally:
+        for close in closers:
+            close()
+    click.echo(f"streamdeid: {summary.line()} ({config.anonymize.method}) -> {redact(output)}", err=True)
     sys.exit(summary.exit_code)
 
 

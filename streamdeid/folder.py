@@ -15,6 +15,7 @@ from pathlib import Path
 import av
 import cv2
 
+from .redact import redact
 from .types import StreamdeidError
 from .video.images import is_image
 
@@ -52,7 +53,8 @@ def write_report(path: str | Path, outcomes: list[FileOutcome], *, interrupted: 
     for name in ("frames", "faces", "tracks"):
         totals[name] = sum(getattr(o, name) for o in outcomes)
     totals["seconds"] = round(sum(o.seconds for o in outcomes), 3)
-    text = json.dumps({"files": [asdict(o) for o in outcomes], "totals": totals}, indent=2) + "\n"
+    # an input or an error text may quote a camera URL
+    text = redact(json.dumps({"files": [asdict(o) for o in outcomes], "totals": totals}, indent=2)) + "\n"
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
         tmp.write_text(text)

@@ -174,3 +174,23 @@ def test_ray_cluster_worker_killed_mid_file_is_retried_and_rerun_skips(tmp_path:
 
     again = run_batch([str(src)], tmp_path / "out", opts, ray="auto", workers=2, progress=False)
     assert [o.status for o in again.outcomes] == ["skipped", "skipped"]
+
+
+def test_manifest_outputs_outside_the_output_folder_are_refused_row_by_row(tmp_path: Path, media: Path) -> None:
+    out, elsewhere = tmp_path / "a" / "b" / "out", tmp_path / "elsewhere"
+    out.mkdir(parents=True)
+    elsewhere.mkdir()
+    (out / "link").symlink_to(elsewhere, target_is_directory=True)  # a folder inside that leads out
+    photo = media / "obama-240p.jpg"
+    rows = ["ok.jpg", "../../escape.jpg", str(tmp_path / "absolute.jpg"), "link/through.jpg", "sub/../fine.jpg"]
+    (tmp_path / "m.csv").write_text("input,output\n" + "".join(f"{photo},{r}\n" for r in rows))
+    proc = run_cli("batch", str(tmp_path / "m.csv"), "-o", str(out), "--anonymizer", "solid", "--no-progress")
+    err = proc.stderr.decode()
+    assert proc.returncode == 1 and "Traceback" not in err, err
+    assert "2 ok, 3 failed" in err and err.count("is outside the output folder") >= 3, err
+    assert (out / "ok.jpg").exists() and (out / "fine.jpg").exists()
+    assert not (tmp_path / "a" / "escape.jpg").exists() and not (tmp_path / "absolute.jpg").exists()
+    assert list(elsewhere.iterdir()) == []
+    report = json.loads((out / "streamdeid-batch.json").read_text())["files"]
+    refused = [f for f in report if f["status"] == "failed"]
+    assert len(refused) == 3 and all(f["error"].startswith("refused: output ") for f in refused), report

@@ -3,7 +3,8 @@
 Unit tests need nothing; the RTSP tests start Debian's ``rtsp-server-perl``
 (install with ``.ci/setup-rtsp.sh``) on free 127.0.0.1 ports and publish
 ``../shared/media/short_hamilton_clip.mp4`` to it in a loop with PyAV (RTP over
-UDP: the only transport that server has). Every wait is bounded.
+UDP: the only transport that server has; the runs use the default transport,
+which falls back to it). Every wait is bounded.
 """
 
 from __future__ import annotations
@@ -203,7 +204,7 @@ def _wait_for_stream(url: str, seconds: float = 15) -> None:
 
 
 def _live(**kw) -> LiveConfig:
-    base = dict(transport="udp", connect_timeout=4, read_timeout=2, backoff_initial=0.25, backoff_max=1.0,
+    base = dict(connect_timeout=4, read_timeout=2, backoff_initial=0.25, backoff_max=1.0,
                 stats_interval=2)
     base.update(kw)
     return LiveConfig(**base)
@@ -321,6 +322,22 @@ def test_rtsp_segments_playable_monotonic_faces_covered(rtsp_server: RtspServer,
     assert checked >= 10 and leaked == 0, (checked, leaked)
     stats = (tmp_path / "stats.jsonl").read_text().splitlines()
     assert len(stats) >= 3 and '"input_fps"' in stats[-1]
+
+
+@needs_server
+@needs_media
+def test_rtsp_transport_auto_falls_back_forced_tcp_does_not(rtsp_server: RtspServer) -> None:
+    pub = Publisher(rtsp_server.publish_url(), CLIP, seconds=15)
+    try:
+        _wait_for_stream(rtsp_server.url())
+        src = LiveSource(rtsp_server.url(), _live(max_retries=1))
+        src.connect()
+        assert src.transport == "udp" and src.width == 640
+        src.close()
+        with pytest.raises(LiveSourceLost, match="400 Bad Request"):
+            LiveSource(rtsp_server.url(), _live(transport="tcp", max_retries=1)).connect()
+    finally:
+        pub.end()
 
 
 @needs_server
@@ -470,7 +487,7 @@ def test_sigterm_finishes_segment_and_exits_zero(rtsp_server: RtspServer, tmp_pa
     out = tmp_path / "sig.mp4"
     code = ("import sys; from streamdeid.live import run_live, LiveConfig; from streamdeid.config import "
             f"PipelineConfig; s = run_live({rtsp_server.url()!r}, {str(out)!r}, PipelineConfig(progress=False), "
-            "LiveConfig(transport='udp', stop_after=60, stats_interval=0)); print(s.stop_reason, s.frames); "
+            "LiveConfig(stop_after=60, stats_interval=0)); print(s.stop_reason, s.frames); "
             "sys.exit(s.exit_code)")
     try:
         _wait_for_stream(rtsp_server.url())

@@ -53,6 +53,7 @@ def batch_command(run: click.Command) -> click.Command:
           streamdeid batch /archive -o /anon --shard-index 0 --shard-count 4
         """
         from ..folder import FAILED
+        from ..redact import redact
         from .driver import run_batch
 
         result = run_batch(list(sources), out_dir, opts, ray=ray_address, workers=workers,
@@ -63,7 +64,7 @@ def batch_command(run: click.Command) -> click.Command:
         click.echo(f"streamdeid: report {result.report} (and .csv)", err=True)
         for o in result.outcomes:
             if o.status == FAILED:
-                click.echo(f"streamdeid: failed: {o.input}: {o.error}", err=True)
+                click.echo(f"streamdeid: failed: {redact(f'{o.input}: {o.error}')}", err=True)
         if any(o.status == FAILED for o in result.outcomes):
             sys.exit(1)
 

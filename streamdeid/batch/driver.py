@@ -16,6 +16,7 @@ from typing import Any
 from tqdm import tqdm
 
 from ..folder import FAILED, OK, SKIPPED, summary_line, write_report
+from ..redact import redact
 from ..types import StreamdeidError
 from .inputs import Task, collect_tasks, shard
 from .options import build_config
@@ -83,7 +84,12 @@ def run_batch(sources: list[str], out_dir: str | Path, opts: dict[str, Any], *, 
     bar = tqdm(total=len(tasks), unit="file", disable=not progress, dynamic_ncols=True, desc="batch")
     last_flush = time.monotonic()
     try:
-        queue = deque((t, 1) for t in tasks)
+        for task in tasks:
+            if task.refused:
+                log.warning("%s: %s", task.input, task.refused)
+                outcomes[task.key] = failed(task, task.refused, 0)
+                bar.update(1)
+        queue = deque((t, 1) for t in tasks if not t.refused)
         inflight = 0
         while queue or inflight:
             inflight += pool.assign(queue)
@@ -143,13 +149,14 @@ def _write(result: BatchResult, tasks: list[Task], outcomes: dict[str, BatchOutc
                         "files_per_minute": round(result.totals["files_per_minute"], 2),
                         "frames_per_second": round(result.totals["frames_per_second"], 2)}
         tmp = json_path.with_name(f".{json_path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(doc, indent=2) + "\n")
+        tmp.write_text(redact(json.dumps(doc, indent=2)) + "\n")
         os.replace(tmp, json_path)
         tmp = csv_path.with_name(f".{csv_path.name}.{os.getpid()}.tmp")
         with tmp.open("w", newline="") as fh:
             writer = csv.DictWriter(fh, fieldnames=[f.name for f in dataclasses.fields(BatchOutcome)])
             writer.writeheader()
-            writer.writerows(dataclasses.asdict(o) for o in result.outcomes)
+            writer.writerows({k: redact(v) if isinstance(v, str) else v for k, v in dataclasses.asdict(o).items()}
+                            for o in result.outcomes)
         os.replace(tmp, csv_path)
     except OSError as exc:
         raise StreamdeidError(f"cannot write the report {csv_path}: {exc.strerror}") from None

@@ -27,6 +27,7 @@ class Task:
     output: str
     key: str
     options: dict[str, Any] = field(default_factory=dict)  # a manifest row's per-file options
+    refused: str = ""  # why this file is not run (reported as its failure; the other files go on)
 
     @property
     def is_image(self) -> bool:
@@ -55,10 +56,19 @@ def collect_tasks(sources: list[str], out_dir: str | Path, run_params: list[clic
         if rel in tasks:
             raise StreamdeidError(f"two inputs would write {out / rel}: {tasks[rel].input} and {path} "
                                   "(give them distinct names, or outputs in a CSV manifest)")
-        tasks[rel] = Task(str(path), str(out / rel), rel, opts)
+        tasks[rel] = Task(str(path), str(out / rel), rel, opts, refused=_outside(out, rel))
     if not tasks:
         raise StreamdeidError("no images or videos in " + ", ".join(sources))
     return [tasks[k] for k in sorted(tasks)]
+
+
+def _outside(out: Path, rel: str) -> str:
+    """Why ``out / rel`` is refused: it resolves outside OUT_DIR (``..``, an absolute path, a symlink that
+    leads out). A manifest may come from another system or person; it names files, not places. "" if inside."""
+    target = (out / rel).resolve()
+    if target == out.resolve() or not target.is_relative_to(out.resolve()):
+        return f"refused: output {rel!r} is outside the output folder {out}"
+    return ""
 
 
 def _walk(root: Path, skip: Path) -> list[Path]:

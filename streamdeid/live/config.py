@@ -6,10 +6,13 @@ from dataclasses import dataclass
 
 from streamdeid.types import StreamdeidError
 
+TRANSPORTS = ("auto", "tcp", "udp")
+
 
 @dataclass
 class LiveConfig:
-    transport: str = "tcp"  # RTSP lower transport: tcp (interleaved) | udp
+    # RTSP lower transport: auto (TCP, then UDP where the server refuses interleaved TCP) | tcp | udp
+    transport: str = "auto"
     connect_timeout: float = 10.0  # seconds to open a stream and decode its first frame
     read_timeout: float = 5.0  # seconds without data before a connection counts as dropped
     backoff_initial: float = 0.5  # first wait before reconnecting (seconds)
@@ -31,8 +34,8 @@ class LiveConfig:
     stop_after: float | None = None  # stop cleanly after this many seconds (tests, benchmarks)
 
     def __post_init__(self) -> None:
-        if self.transport not in ("tcp", "udp"):
-            raise StreamdeidError(f"rtsp transport must be tcp or udp, not {self.transport!r}")
+        if self.transport not in TRANSPORTS:
+            raise StreamdeidError(f"rtsp transport must be one of {', '.join(TRANSPORTS)}, not {self.transport!r}")
         if self.max_latency <= 0:
             raise StreamdeidError("max latency must be positive")
         if self.segment_time is not None and self.segment_time <= 0:

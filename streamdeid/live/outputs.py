@@ -26,7 +26,7 @@ from typing import Protocol
 
 from streamdeid.config import OutputConfig
 from streamdeid.types import Frame, StreamdeidError
-from streamdeid.video.inputs import redact_url
+from streamdeid.redact import redact
 from streamdeid.video.reader import AudioPacket
 from streamdeid.video.stream_writer import StreamWriter, is_stream_output
 from streamdeid.video.writer import VideoTemplate, VideoWriter
@@ -94,7 +94,7 @@ class SegmentRecorder:
         self.config = config
         self.stream = is_stream_output(output)
         if self.stream and segment_time:
-            log.warning("--segment-time applies to file recordings, not to %s: ignored", redact_url(output))
+            log.warning("--segment-time applies to file recordings, not to %s: ignored", redact(output))
             segment_time = None
         self.segment_time = segment_time
         self.stream_container = stream_container

@@ -201,7 +201,10 @@ class _LiveRun:
                                  summary=summary, observers=hooks.observers,
                                  lookahead_frames=summary.lookahead_frames, batch_frames=1, admit=self._admit,
                                  scan_gate=lambda: self.pacing.proc * fps <= SCAN_MAX_LOAD)
-        stream_options = {"rtsp_transport": live.transport} if output.lower().startswith("rtsp") else None
+        # Pushing to an RTSP server: "auto" leaves the order to FFmpeg's muxer (UDP, then TCP where the server
+        # answers 461), since the muxer connects on its first packet, past where a retry could go.
+        pushing = output.lower().startswith("rtsp") and live.transport != "auto"
+        stream_options = {"rtsp_transport": live.transport} if pushing else None
         self.recorder = SegmentRecorder(output, src, config.output, segment_time=live.segment_time,
                                         stream_container=live.stream_container, stream_options=stream_options,
                                         on_segment_open=hooks.on_segment_open,

@@ -18,6 +18,7 @@ state that must not span the gap (look-ahead back-fill, detector cadence).
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -26,6 +27,7 @@ from fractions import Fraction
 
 import cv2
 
+from streamdeid.redact import redact
 from streamdeid.types import Frame, StreamdeidError
 from streamdeid.video.reader import (
     STDIN,
@@ -35,7 +37,6 @@ from streamdeid.video.reader import (
     is_device,
     is_stream_url,
     open_source,
-    redact_url,
 )
 
 from .config import LiveConfig
@@ -125,6 +126,24 @@ class SourceCounters:
     outages: list[Outage] = field(default_factory=list)
 
 
+# Errors after which the other RTSP transport cannot do better: the host, the account or the stream is the
+# problem, not how RTP travels (the RTSP exchange itself is TCP either way).
+_NOT_TRANSPORT = re.compile(r"(?i)refused|timed? ?out|unreachable|no route|resolve|name or service|"
+                            r"immediate exit|40[134]|unauthori[sz]ed|forbidden|not found")
+
+
+def server_refused_transport(reason: str) -> bool:
+    """Whether a failed RTSP open may work over the other lower transport (a server answered, but not
+    with a verdict on the host, the account or the stream: rtsp-server-perl answers 400 to TCP)."""
+    return not _NOT_TRANSPORT.search(reason)
+
+
+def error_tail(exc: StreamdeidError) -> str:
+    """``cannot read URL as a video: REASON`` -> ``REASON`` (the URL is said once)."""
+    text = str(exc)
+    return text.split(" as a video: ", 1)[1] if " as a video: " in text else text
+
+
 class LiveSource:
     """Iterate ``Frame``, ``AudioPacket`` and ``Discontinuity`` items from a live input.
 
@@ -138,7 +157,7 @@ class LiveSource:
                  opener: Callable[..., VideoSource] = open_source, keep_planes: bool = False) -> None:
         self.url = url
         self.keep_planes = keep_planes  # frames carry the decoder's planes (Frame.yuv) for segment vaults
-        self.name = redact_url(url) if url != STDIN else "<stdin>"
+        self.name = redact(url) if url != STDIN else "<stdin>"
         self.live = live
         self.stop = stop or threading.Event()
         self._opener = opener
@@ -148,6 +167,7 @@ class LiveSource:
         self._index = 0
         self.counters = SourceCounters()
         self.reopenable = url != STDIN
+        self.transport: str | None = None  # RTSP: the lower transport of the last connection
 
     # -------------------------------------------------- template properties
     @property
@@ -189,10 +209,10 @@ class LiveSource:
         return self._first
 
     # ------------------------------------------------------------ connect
-    def _options(self) -> dict[str, str]:
-        if self.url.lower().startswith(("rtsp://", "rtsps://")):
+    def _options(self, transport: str | None = None) -> dict[str, str]:
+        if transport is not None:
             return {
-                "rtsp_transport": self.live.transport,
+                "rtsp_transport": transport,
                 # FFmpeg >= 5: socket I/O timeout of the RTSP demuxer, in microseconds
                 # (the old name "stimeout" is gone in FFmpeg 8).
                 "timeout": str(int(self.live.read_timeout * 1e6)),
@@ -203,10 +223,38 @@ class LiveSource:
             return dict(self.live.device_options or {})
         return {}
 
+    def _transports(self) -> list[str | None]:
+        """RTSP lower transports to try, in order (``[None]``: not RTSP). ``auto`` tries the one that
+        worked last first."""
+        if not self.url.lower().startswith(("rtsp://", "rtsps://")):
+            return [None]
+        if self.live.transport != "auto":
+            return [self.live.transport]
+        return ["udp", "tcp"] if self.transport == "udp" else ["tcp", "udp"]
+
     def _open_once(self) -> VideoSource:
         timeout = None if self.url == STDIN else (self.live.connect_timeout, self.live.read_timeout)
-        return self._opener(self.url, format=self.live.input_format, options=self._options(), timeout=timeout,
-                            keep_planes=self.keep_planes)
+        tries = self._transports()
+        failures: list[StreamdeidError] = []
+        for transport in tries:
+            try:
+                src = self._opener(self.url, format=self.live.input_format, options=self._options(transport),
+                                   timeout=timeout, keep_planes=self.keep_planes)
+            except StreamdeidError as exc:
+                failures.append(exc)
+                if len(tries) == 1 or not server_refused_transport(str(exc)):
+                    break  # unreachable, timed out, unauthorized, no such stream: the same over the other one
+                continue
+            if transport is not None and transport != self.transport:
+                how = log.info if transport == "tcp" else log.warning
+                how("%s: RTSP over %s%s", self.name, transport.upper(),
+                    " (the server refused interleaved TCP; UDP may lose packets on a busy network)"
+                    if transport == "udp" and len(failures) else "")
+                self.transport = transport
+            return src
+        if len(failures) > 1:
+            raise StreamdeidError(f"{failures[0]} (over TCP); {error_tail(failures[1])} (over UDP)")
+        raise failures[0]
 
     def connect(self) -> None:
         """Open the first connection, retrying with backoff; raises ``LiveSourceLost``."""

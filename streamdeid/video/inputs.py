@@ -17,6 +17,7 @@ from pathlib import Path
 
 import av
 
+from streamdeid.redact import redact
 from streamdeid.types import StreamdeidError
 
 STDIN = "-"
@@ -27,7 +28,7 @@ READ_ERRORS = (av.FFmpegError, OSError, EOFError, ValueError)
 
 def error_reason(exc: BaseException) -> str:
     """First line of an exception message, without PyAV's ``[Errno N]`` prefix (for one-line errors)."""
-    text = str(exc).strip().splitlines()
+    text = redact(str(exc)).strip().splitlines()  # FFmpeg quotes the URL it failed on, password and all
     return re.sub(r"^\[Errno -?\d+\]\s*", "", text[0]) if text else type(exc).__name__
 
 
@@ -51,11 +52,6 @@ def is_live_input(path: str) -> bool:
     return path == STDIN or is_stream_url(path) or is_device(path)
 
 
-def redact_url(url: str) -> str:
-    """``rtsp://user:secret@host/x`` -> ``rtsp://user:***@host/x`` for logs."""
-    return re.sub(r"(://[^/:@]+):[^/@]*@", r"\1:***@", url)
-
-
 def open_container(
     path_or_dash: str,
     format: str | None,
@@ -70,7 +66,7 @@ def open_container(
             raise StreamdeidError("input '-' needs a video piped into stdin (e.g. ffmpeg ... -f matroska -)")
         return av.open(sys.stdin.buffer, mode="r", format=format, **kwargs), "<stdin>", True
     if is_stream_url(path_or_dash):
-        return av.open(path_or_dash, mode="r", format=format, **kwargs), redact_url(path_or_dash), True
+        return av.open(path_or_dash, mode="r", format=format, **kwargs), redact(path_or_dash), True
     if is_device(path_or_dash):
         if not Path(path_or_dash).exists():
             raise StreamdeidError(f"capture device not found: {path_or_dash}")

@@ -42,8 +42,8 @@ from streamdeid.video.inputs import (
     is_live_input,
     is_stream_url,
     open_container,
-    redact_url,
 )
+from streamdeid.redact import redact
 
 log = logging.getLogger(__name__)
 
@@ -367,7 +367,7 @@ def open_source(
     except StreamdeidError:
         raise
     except READ_ERRORS as exc:
-        shown = redact_url(str(path_or_dash))
+        shown = redact(str(path_or_dash))
         raise StreamdeidError(f"cannot read {shown} as a video: {error_reason(exc)}") from None
     if not container.streams.video:
         container.close()
@@ -384,5 +384,5 @@ def open_source(
 
 __all__ = [
     "AudioPacket", "ColorInfo", "SourceItem", "VideoSource", "open_source",
-    "STDIN", "error_reason", "is_device", "is_live_input", "is_stream_url", "redact_url",
+    "STDIN", "error_reason", "is_device", "is_live_input", "is_stream_url",
 ]

@@ -16,7 +16,8 @@ import av
 from streamdeid.config import OutputConfig
 from streamdeid.types import OutputClosed, StreamdeidError
 from streamdeid.video.encoding import choose_video_encoding
-from streamdeid.video.reader import error_reason, redact_url
+from streamdeid.redact import redact
+from streamdeid.video.reader import error_reason
 from streamdeid.video.writer import _AV_ERRORS, VideoTemplate, VideoWriter
 
 log = logging.getLogger(__name__)
@@ -88,7 +89,7 @@ class StreamWriter(VideoWriter):
                 return av.open(sys.stdout.buffer, mode="w", format=fmt, options=opts)
             return av.open(target, mode="w", format=fmt, options=opts, timeout=self._timeout)
         except _AV_ERRORS as exc:
-            raise StreamdeidError(f"cannot open output {redact_url(target)}: {error_reason(exc)}") from None
+            raise StreamdeidError(f"cannot open output {redact(target)}: {error_reason(exc)}") from None
 
     def _write_error(self, exc: BaseException) -> StreamdeidError:
         if self.target == STDOUT and _is_broken_pipe(exc):
@@ -113,7 +114,7 @@ class StreamWriter(VideoWriter):
         except StreamdeidError as exc:
             if success:
                 raise
-            log.warning("ending %s: %s", redact_url(self.target), exc)
+            log.warning("ending %s: %s", redact(self.target), exc)
         return None
 
     def abort_keep_partial(self) -> None:
@@ -122,10 +123,10 @@ class StreamWriter(VideoWriter):
         return None
 
     def _destination(self) -> str:
-        return f"pushing to {redact_url(self.target)}"
+        return f"pushing to {redact(self.target)}"
 
     def _output_name(self) -> str:
-        return redact_url(self.target)
+        return redact(self.target)
 
     def _discard(self) -> None:
         self._closed = True
