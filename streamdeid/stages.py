@@ -13,8 +13,8 @@ from dataclasses import replace
 import numpy as np
 
 from .config import PipelineConfig, detect_cadence
-from .detect.closer import CloserLook, GuessCheck
-from .detect.finder import FaceFinder, holds_a_centre
+from .detect.closer import AGREE_IOU, GUESS_CONTEXT, GUESS_FACE_PX, CloserLook, GuessCheck
+from .detect.finder import ODD_SIZE_RATIO, FaceFinder, holds_a_centre, merge, typical_sizes
 from .render import FrameRenderer, PastedFace
 from .scenecut import SceneCutDetector
 from .summary import RunSummary, StageTimes
@@ -75,6 +75,9 @@ class FaceStage:
         self.templates = TemplateStore() if config.track.match_templates else None
         self.guess_check = GuessCheck(self.finder) if config.track.verify_guesses else None
         self._weak_look = CloserLook(self.finder) if config.track.look_at_weak else None
+        self._odd_look = CloserLook(self.finder, context=GUESS_CONTEXT, upscale=False, first=True,
+                                    face_px=GUESS_FACE_PX) if config.track.look_at_odd else None
+        self.odd_dropped = 0  # weak odd boxes a closer look found no face in (not tracked)
         self.smallest_face: float | None = None  # set on the first frame
         self.scan_gate = scan_gate
         self.scans_skipped = 0
@@ -99,6 +102,8 @@ class FaceStage:
                 scan = False
                 self.scans_skipped += 1
             dets = self.finder.find(frame.image, scan=scan)
+            if self._odd_look is not None and len(dets):
+                dets = self._without_odd(dets, frame.image)
             h, w = frame.image.shape[:2]
             floor = self.finder.fast_floor(w, h)
             if not scan:
@@ -146,6 +151,28 @@ class FaceStage:
         height = dets.boxes[:, 3] - dets.boxes[:, 1]
         weak = (dets.scores < WEAK_SCORE) & (height >= floor) & holds_a_centre(dets.boxes)
         return weak if scan else weak | (height < floor)
+
+    def _without_odd(self, dets: Detections, image: np.ndarray) -> Detections:
+        """``dets`` with each weak box (under WEAK_SCORE) unlike a face among faces (detect/finder.py
+        odd_boxes: far larger than the boxes around it) checked by closer looks at the frame's own scale:
+        kept where a look at the box finds a face scoring WEAK_SCORE on it, else replaced by the faces of
+        the usual size a look finds inside it (none, mostly). A body or an instrument the fast pass boxes
+        again and again would otherwise be held and back-filled around every sighting; a face it hides
+        (hamilton frame 66: a dark 55 px face under a weak 190 px box) is found by the look inside."""
+        size = np.maximum(dets.boxes[:, 2] - dets.boxes[:, 0], dets.boxes[:, 3] - dets.boxes[:, 1])
+        typical = typical_sizes(dets.boxes)
+        odd = (dets.scores < WEAK_SCORE) & (size >= ODD_SIZE_RATIO * np.nan_to_num(typical, nan=np.inf))
+        if not odd.any():
+            return dets
+        keep, inside = ~odd, []
+        for k in np.flatnonzero(odd):
+            found = self._odd_look.look(image, dets.boxes[k], bright=True)
+            # the look must be surer than the pass: at a smaller scale YuNet boxes the same dark suit again
+            keep[k] = found is not None and float(found.scores[0]) >= WEAK_SCORE
+            if not keep[k]:
+                inside.append(self._odd_look.faces_in(image, dets.boxes[k], typical[k]))
+        self.odd_dropped += int((~keep).sum())
+        return merge([dets[keep], *inside], AGREE_IOU) if inside else dets[keep]
 
     def _looked_at(self, provisional: np.ndarray, dets: Detections, image: np.ndarray) -> Provisional:
         """``provisional`` ([N] bool), and for each weak box (under WEAK_SCORE) that starts a track and is

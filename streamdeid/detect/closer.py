@@ -22,7 +22,7 @@ import cv2
 import numpy as np
 
 from streamdeid.detect.base import Detector
-from streamdeid.detect.finder import brighten, merge
+from streamdeid.detect.finder import ODD_SIZE_RATIO, brighten, merge
 from streamdeid.track.matching import iou_matrix
 from streamdeid.types import Detections
 
@@ -101,6 +101,34 @@ class CloserLook:
                 self._on_face(self._yunet.detect(local_contrast(zoomed)), box, frame, x0, y0, scale)
         dets = merge([self._yunet.detect(zoomed), self._yunet.detect(local_contrast(zoomed))], AGREE_IOU)
         return self._on_face(dets, box, frame, x0, y0, scale)
+
+    def faces_in(self, image: np.ndarray, box: np.ndarray, face_size: float) -> Detections:
+        """The faces about ``face_size`` px (longest side) tall inside ``box`` ([4], a box far larger than
+        the faces around it): YuNet on the box and a quarter of it around, as it is and after CLAHE, with
+        faces brought down to at most ``self.face_px`` (never enlarged). Only detections whose centre lies
+        in ``box`` and that are under ODD_SIZE_RATIO times ``face_size`` count, in image coordinates."""
+        box = np.asarray(box, np.float64)
+        h, w = image.shape[:2]
+        pad = 0.25 * max(box[2] - box[0], box[3] - box[1])
+        x0, y0 = int(max(0, box[0] - pad)), int(max(0, box[1] - pad))
+        x1, y1 = int(min(w, box[2] + pad)), int(min(h, box[3] + pad))
+        if x1 <= x0 or y1 <= y0:
+            return Detections.empty()
+        self.looks += 1
+        scale = min(1.0, self.face_px / max(face_size, 1.0))
+        crop = image[y0:y1, x0:x1]
+        if scale < 1:
+            crop = cv2.resize(crop, (max(1, round(crop.shape[1] * scale)), max(1, round(crop.shape[0] * scale))),
+                              interpolation=cv2.INTER_AREA)
+        crop = brighten(crop)
+        dets = merge([self._yunet.detect(crop), self._yunet.detect(local_contrast(crop))], AGREE_IOU)
+        if not len(dets):
+            return dets
+        dets = Detections(dets.boxes / scale + (x0, y0, x0, y0), dets.scores, dets.landmarks / scale + (x0, y0))
+        cx, cy = (dets.boxes[:, 0] + dets.boxes[:, 2]) / 2, (dets.boxes[:, 1] + dets.boxes[:, 3]) / 2
+        size = np.maximum(dets.boxes[:, 2] - dets.boxes[:, 0], dets.boxes[:, 3] - dets.boxes[:, 1])
+        inside = (cx > box[0]) & (cx < box[2]) & (cy > box[1]) & (cy < box[3]) & (size < ODD_SIZE_RATIO * face_size)
+        return dets[inside]
 
     @staticmethod
     def _on_face(dets: Detections, box: np.ndarray, frame: np.ndarray, x0: int, y0: int,

@@ -111,6 +111,38 @@ def holds_a_centre(boxes: np.ndarray) -> np.ndarray:
     return inside.any(axis=1)
 
 
+# A box this many times larger (longest side) than the median of the boxes around it is unlike a face
+# among faces (a crowd's faces are of a size, a body or an instrument boxed as a "face" is not): on the
+# marching band's pan a cymbal boxed at 121 px among 24 px faces, a body at 53 px among 35 px ones.
+ODD_SIZE_RATIO = 1.4
+ODD_NEIGHBOURS = 3  # ... judged only where at least this many boxes are within
+ODD_REACH = 4.0  # ... this many of the box's sizes of its centre
+
+
+def typical_sizes(boxes: np.ndarray) -> np.ndarray:
+    """[N] float: for each box ([N, 4] x1 y1 x2 y2), the median size (longest side) of the other boxes
+    within ODD_REACH of its size of its centre, where there are at least ODD_NEIGHBOURS of them (else NaN)."""
+    b = np.asarray(boxes, np.float64).reshape(-1, 4)
+    size = np.maximum(np.maximum(b[:, 2] - b[:, 0], b[:, 3] - b[:, 1]), 1e-3)
+    centre = (b[:, :2] + b[:, 2:]) / 2
+    dist = np.hypot(*(centre[:, None, :] - centre[None, :, :]).transpose(2, 0, 1))  # [N, N]
+    near = dist < ODD_REACH * size[:, None]
+    np.fill_diagonal(near, False)
+    typical = np.full(len(b), np.nan)
+    for i in np.flatnonzero(near.sum(axis=1) >= ODD_NEIGHBOURS):
+        typical[i] = np.median(size[near[i]])
+    return typical
+
+
+def odd_boxes(boxes: np.ndarray) -> np.ndarray:
+    """[N] bool: boxes ([N, 4] x1 y1 x2 y2) unlike a face among faces: ODD_SIZE_RATIO times their
+    typical_sizes. (Not their shape: a face the frame's edge cuts is boxed wider than tall.)"""
+    b = np.asarray(boxes, np.float64).reshape(-1, 4)
+    size = np.maximum(b[:, 2] - b[:, 0], b[:, 3] - b[:, 1])
+    typical = typical_sizes(b)
+    return ~np.isnan(typical) & (size >= ODD_SIZE_RATIO * np.nan_to_num(typical, nan=np.inf))
+
+
 class FaceFinder:
     """Runs the passes of one detector backend over frames of any size."""
 
