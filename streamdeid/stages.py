@@ -14,13 +14,14 @@ import numpy as np
 
 from .config import PipelineConfig, detect_cadence
 from .detect.closer import AGREE_IOU, GUESS_CONTEXT, GUESS_FACE_PX, CloserLook, GuessCheck
-from .detect.finder import ODD_SIZE_RATIO, FaceFinder, holds_a_centre, merge, typical_sizes
+from .detect.finder import FaceFinder, holds_a_centre, merge, odd_boxes, typical_sizes
 from .render import FrameRenderer, PastedFace
 from .scenecut import SceneCutDetector
 from .summary import RunSummary, StageTimes
 from .track import FaceTracker
 from .track.appearance import TemplateStore, find
 from .track.camera_motion import CameraMotion
+from .track.matching import iou_matrix
 from .track.tracker import Locate, Provisional, Verify
 from .types import Detections, Frame, FrameResult
 
@@ -154,14 +155,13 @@ class FaceStage:
 
     def _without_odd(self, dets: Detections, image: np.ndarray) -> Detections:
         """``dets`` with each weak box (under WEAK_SCORE) unlike a face among faces (detect/finder.py
-        odd_boxes: far larger than the boxes around it) checked by closer looks at the frame's own scale:
+        odd_boxes: far larger than the boxes around it, not cut by the frame's edge) checked by closer looks at the frame's own scale:
         kept where a look at the box finds a face scoring WEAK_SCORE on it, else replaced by the faces of
         the usual size a look finds inside it (none, mostly). A body or an instrument the fast pass boxes
         again and again would otherwise be held and back-filled around every sighting; a face it hides
         (hamilton frame 66: a dark 55 px face under a weak 190 px box) is found by the look inside."""
-        size = np.maximum(dets.boxes[:, 2] - dets.boxes[:, 0], dets.boxes[:, 3] - dets.boxes[:, 1])
         typical = typical_sizes(dets.boxes)
-        odd = (dets.scores < WEAK_SCORE) & (size >= ODD_SIZE_RATIO * np.nan_to_num(typical, nan=np.inf))
+        odd = (dets.scores < WEAK_SCORE) & odd_boxes(dets.boxes, image.shape[1], image.shape[0])
         if not odd.any():
             return dets
         keep, inside = ~odd, []
@@ -172,7 +172,14 @@ class FaceStage:
             if not keep[k]:
                 inside.append(self._odd_look.faces_in(image, dets.boxes[k], typical[k]))
         self.odd_dropped += int((~keep).sum())
-        return merge([dets[keep], *inside], AGREE_IOU) if inside else dets[keep]
+        kept = dets[keep]
+        found = merge(inside, AGREE_IOU)
+        if len(found) and len(kept):  # only faces no kept box has already (the kept set is not re-merged)
+            found = found[iou_matrix(found.boxes, kept.boxes).max(axis=1) <= AGREE_IOU]
+        if not len(found):
+            return kept
+        return Detections(np.concatenate([kept.boxes, found.boxes]), np.concatenate([kept.scores, found.scores]),
+                          np.concatenate([kept.landmarks, found.landmarks]))
 
     def _looked_at(self, provisional: np.ndarray, dets: Detections, image: np.ndarray) -> Provisional:
         """``provisional`` ([N] bool), and for each weak box (under WEAK_SCORE) that starts a track and is

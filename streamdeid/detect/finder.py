@@ -117,6 +117,11 @@ def holds_a_centre(boxes: np.ndarray) -> np.ndarray:
 ODD_SIZE_RATIO = 1.4
 ODD_NEIGHBOURS = 3  # ... judged only where at least this many boxes are within
 ODD_REACH = 4.0  # ... this many of the box's sizes of its centre
+ODD_EDGE = 0.01  # share of the frame's longer side: a box this near an edge is cut by it
+# ... and then odd from this many times the typical size (its side along the edge; a face cut by the edge
+# is boxed less surely): the suit at hamilton's right edge (194 px among 76 px faces) is, the dark face
+# leaving at its left edge (65 px among 44 px faces) is not.
+ODD_EDGE_RATIO = 2.0
 
 
 def typical_sizes(boxes: np.ndarray) -> np.ndarray:
@@ -134,13 +139,23 @@ def typical_sizes(boxes: np.ndarray) -> np.ndarray:
     return typical
 
 
-def odd_boxes(boxes: np.ndarray) -> np.ndarray:
-    """[N] bool: boxes ([N, 4] x1 y1 x2 y2) unlike a face among faces: ODD_SIZE_RATIO times their
-    typical_sizes. (Not their shape: a face the frame's edge cuts is boxed wider than tall.)"""
+def odd_boxes(boxes: np.ndarray, width: int, height: int) -> np.ndarray:
+    """[N] bool: boxes ([N, 4] x1 y1 x2 y2 in a ``width`` x ``height`` frame) unlike a face among faces:
+    ODD_SIZE_RATIO times their typical_sizes. A box the frame's edge cuts (within ODD_EDGE of it) is
+    judged by its side along that edge, the one the cut leaves whole, against ODD_EDGE_RATIO: a face half
+    out of the picture is boxed oddly (a dark face leaving at hamilton's left edge, boxed 65 px tall among
+    44 px faces). A box two edges cut (a corner) is never odd: hamilton's performer in profile at the
+    top right, hand-labelled, is boxed 280 px tall."""
     b = np.asarray(boxes, np.float64).reshape(-1, 4)
-    size = np.maximum(b[:, 2] - b[:, 0], b[:, 3] - b[:, 1])
-    typical = typical_sizes(b)
-    return ~np.isnan(typical) & (size >= ODD_SIZE_RATIO * np.nan_to_num(typical, nan=np.inf))
+    w, h = b[:, 2] - b[:, 0], b[:, 3] - b[:, 1]
+    typical = np.nan_to_num(typical_sizes(b), nan=np.inf)
+    m = ODD_EDGE * max(width, height)
+    cut_x = (b[:, 0] <= m) | (b[:, 2] >= width - m)  # by the left or right edge: its height is whole
+    cut_y = (b[:, 1] <= m) | (b[:, 3] >= height - m)  # by the top or bottom edge: its width is whole
+    whole = ~cut_x & ~cut_y
+    return ((whole & (np.maximum(w, h) >= ODD_SIZE_RATIO * typical))
+            | (cut_x & ~cut_y & (h >= ODD_EDGE_RATIO * typical))
+            | (cut_y & ~cut_x & (w >= ODD_EDGE_RATIO * typical)))
 
 
 class FaceFinder:
