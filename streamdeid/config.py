@@ -79,8 +79,8 @@ class TrackConfig:
     # (benchmarks/recall.py, docs/precision.md), 7 of hamilton's 20 featureless back-row heads and two
     # hand-labelled faces of 55 px went uncovered, for 0.9 points less over-cover.
     look_at_weak: bool = False
-    # A weak box unlike a face among faces (detect/finder.py odd_boxes: far larger than the boxes around
-    # it) is tracked only where a closer look at the frame's own scale finds a face
+    # A box under high_score unlike a face among faces (detect/finder.py odd_boxes: far larger than the
+    # boxes around it) is tracked only where a closer look at the frame's own scale finds a face
     # on it (stages.FaceStage._without_odd). Off: such boxes start tracks like any other.
     look_at_odd: bool = True
 

@@ -154,14 +154,15 @@ class FaceStage:
         return weak if scan else weak | (height < floor)
 
     def _without_odd(self, dets: Detections, image: np.ndarray) -> Detections:
-        """``dets`` with each weak box (under WEAK_SCORE) unlike a face among faces (detect/finder.py
-        odd_boxes: far larger than the boxes around it, not cut by the frame's edge) checked by closer looks at the frame's own scale:
-        kept where a look at the box finds a face scoring WEAK_SCORE on it, else replaced by the faces of
-        the usual size a look finds inside it (none, mostly). A body or an instrument the fast pass boxes
-        again and again would otherwise be held and back-filled around every sighting; a face it hides
-        (hamilton frame 66: a dark 55 px face under a weak 190 px box) is found by the look inside."""
+        """``dets`` with each box under the tracker's high score (a cymbal at the band's top edge scores
+        0.53) that is unlike a face among faces (detect/finder.py odd_boxes: far larger than the boxes
+        around it) checked by closer looks at the frame's own scale: kept where a look at the box finds a
+        face scoring WEAK_SCORE on it, else replaced by the usual-sized faces a look finds inside it (none,
+        mostly). A body or an instrument the fast pass boxes again and again would otherwise be held and
+        back-filled around every sighting; a face it hides (hamilton frame 66: a dark 55 px face under a
+        weak 190 px box) is found by the look inside."""
         typical = typical_sizes(dets.boxes)
-        odd = (dets.scores < WEAK_SCORE) & odd_boxes(dets.boxes, image.shape[1], image.shape[0])
+        odd = (dets.scores < self.tracker.config.high_score) & odd_boxes(dets.boxes, image.shape[1], image.shape[0])
         if not odd.any():
             return dets
         keep, inside = ~odd, []

@@ -102,16 +102,16 @@ def _band_pan_frame(media, t: int) -> np.ndarray:
 
 def test_weak_odd_boxes_in_a_crowd_are_dropped_and_nothing_else_is(media) -> None:
     """The band's pan, frame 12: the fast pass boxes bodies and pairs of faces 1.4-2x the size of the
-    faces around them, weakly; closer looks find no face on them. They go; every other box stays, and a
+    faces around them, under the tracker's high score; closer looks find no face on them. They go; every other box stays, and a
     face found inside one is added only where no box is already."""
     from streamdeid.config import PipelineConfig, TrackConfig
     from streamdeid.detect.finder import odd_boxes
-    from streamdeid.stages import WEAK_SCORE, FaceStage
+    from streamdeid.stages import FaceStage
 
     image = _band_pan_frame(media, 12)
     stage = FaceStage(PipelineConfig(), 25.0)
     dets = stage.finder.find(image, scan=False)
-    odd = (dets.scores < WEAK_SCORE) & odd_boxes(dets.boxes, 1280, 720)
+    odd = (dets.scores < stage.tracker.config.high_score) & odd_boxes(dets.boxes, 1280, 720)
     assert len(dets) > 100 and odd.sum() >= 3
     kept = stage._without_odd(dets, image)
     assert stage.odd_dropped >= 3
