@@ -14,7 +14,7 @@ import numpy as np
 
 from .config import PipelineConfig, detect_cadence
 from .detect.closer import AGREE_IOU, GUESS_CONTEXT, GUESS_FACE_PX, CloserLook, GuessCheck
-from .detect.finder import FaceFinder, holds_a_centre, merge, odd_boxes, typical_sizes
+from .detect.finder import ODD_SIZE_RATIO, FaceFinder, holds_a_centre, merge, odd_boxes, typical_sizes
 from .render import FrameRenderer, PastedFace
 from .scenecut import SceneCutDetector
 from .summary import RunSummary, StageTimes
@@ -33,6 +33,9 @@ from .types import Detections, Frame, FrameResult
 # on (the cluster's box had covered them). Every weak box from the floor up, over another box or not:
 # 33.3%, but 7 of hamilton's 20 featureless heads (hand-labelled, uncertain) uncovered; none with this rule.
 WEAK_SCORE = 0.5
+# An odd box overlapping a sure track's last box this much (IoU), and not odd beside it, is that face
+# (FaceStage._without_odd). In a crowd an odd box over two faces overlaps a sure one too, but is odd beside it.
+SURE_OVERLAP = 0.2
 
 FrameObserver = Callable[[FrameResult, list[PastedFace]], None]
 
@@ -160,9 +163,17 @@ class FaceStage:
         face scoring WEAK_SCORE on it, else replaced by the usual-sized faces a look finds inside it (none,
         mostly). A body or an instrument the fast pass boxes again and again would otherwise be held and
         back-filled around every sighting; a face it hides (hamilton frame 66: a dark 55 px face under a
-        weak 190 px box) is found by the look inside."""
+        weak 190 px box) is found by the look inside. A box on a face as large that a detection was once
+        sure of is left alone: hamilton's performer, boxed 262 px at 0.50 as he turns at the right edge (frame 70),
+        was recognisable in the output when that box was dropped."""
         typical = typical_sizes(dets.boxes)
         odd = (dets.scores < self.tracker.config.high_score) & odd_boxes(dets.boxes, image.shape[1], image.shape[0])
+        sure = self.tracker.sure_boxes()
+        if odd.any() and len(sure):  # on a face as large that a detection was sure of (the performer turning)
+            size = np.maximum(dets.boxes[:, 2] - dets.boxes[:, 0], dets.boxes[:, 3] - dets.boxes[:, 1])
+            sure_size = np.maximum(sure[:, 2] - sure[:, 0], sure[:, 3] - sure[:, 1])
+            as_large = size[:, None] < ODD_SIZE_RATIO * sure_size[None, :]  # [N, K]
+            odd &= ~((iou_matrix(dets.boxes, sure) >= SURE_OVERLAP) & as_large).any(axis=1)
         if not odd.any():
             return dets
         keep, inside = ~odd, []

@@ -115,7 +115,9 @@ def holds_a_centre(boxes: np.ndarray) -> np.ndarray:
 # among faces (a crowd's faces are of a size, a body or an instrument boxed as a "face" is not): on the
 # marching band's pan a cymbal boxed at 121 px among 24 px faces, a body at 53 px among 35 px ones.
 ODD_SIZE_RATIO = 1.4
-ODD_NEIGHBOURS = 3  # ... judged only where at least this many boxes are within
+# ... judged only where at least this many boxes are within (3 left the store aisle's false box on a
+# brown jacket, 61 px beside two faces of 26-28 px, to be held and back-filled 13 frames)
+ODD_NEIGHBOURS = 2
 ODD_REACH = 4.0  # ... this many of the box's sizes of its centre
 ODD_EDGE = 0.01  # share of the frame's longer side: a box this near an edge is cut by it
 # ... and then odd from this many times the typical size (its side along the edge; a face cut by the edge

@@ -87,7 +87,7 @@ MAX_HELD_SPEED = 0.25
 
 class _Track:
     __slots__ = ("track_id", "mean", "cov", "score", "landmarks_rel", "height", "misses", "lost_age", "hits",
-                 "confirmed", "provisional", "unseen", "doubts", "gone")
+                 "confirmed", "provisional", "unseen", "doubts", "gone", "sure")
 
     def __init__(self, track_id: int, kf: KalmanFilter, box: np.ndarray, score: float, landmarks: np.ndarray,
                  config: TrackConfig, provisional: bool = False) -> None:
@@ -101,6 +101,7 @@ class _Track:
         self.confirmed = False  # reported (see the module docstring)
         self.doubts = 0  # closer looks in a row, since its last detection, that found no face (see update)
         self.gone = False  # its hold ended early: closer looks found the face gone (remembered, not covered)
+        self.sure = False  # a detection scored config.high_score or more (see FaceTracker.sure_boxes)
         self._observe(box, score, landmarks, config)
 
     def _observe(self, box: np.ndarray, score: float, landmarks: np.ndarray, config: TrackConfig) -> None:
@@ -108,6 +109,7 @@ class _Track:
         needed = max(PROVISIONAL_HITS, config.confirm_hits) if self.provisional else config.confirm_hits
         strong = score >= config.high_score and not self.provisional
         self.confirmed = self.confirmed or strong or self.hits >= needed
+        self.sure = self.sure or score >= config.high_score
         x1, y1, x2, y2 = box.astype(np.float64)
         w, h = max(x2 - x1, 1e-3), max(y2 - y1, 1e-3)
         self.height = h
@@ -145,6 +147,13 @@ class FaceTracker:
     def num_tracks(self) -> int:
         """Tracks reported or waiting for confirmation (not those only remembered)."""
         return sum(self._holding(t) for t in self._tracks)
+
+    def sure_boxes(self) -> np.ndarray:
+        """[K, 4] last boxes (x1 y1 x2 y2, before this frame's prediction) of the kept tracks a detection
+        was once sure of (score >= high_score): a face the detector was sure of stays that face when it is
+        boxed oddly later (turning away at the frame's edge, FaceStage._without_odd)."""
+        sure = [t.mean for t in self._tracks if t.sure and self._kept(t)]
+        return xyah_to_xyxy(np.stack(sure)) if sure else np.zeros((0, 4))
 
     def _kept(self, t: _Track) -> bool:
         """Whether a track missed by the detector is still kept: held, or remembered if it was reported."""
