@@ -175,10 +175,10 @@ class _CountingFinder:
 def _counting_stage(faces: bool, every: int | None = 2, guarded: bool = False, fps: float = 25):
     """A FaceStage (detect every ``every``-th frame, every 4th while idle) whose finder counts its calls.
     Its frames are flat grey, where no closer look could see the scripted faces: the closer looks at
-    weak boxes and held faces are off (tests/test_closer.py has them on real pictures)."""
+    weak boxes, odd boxes and held faces are off (tests/test_closer.py has them on real pictures)."""
     cfg = PipelineConfig()
     cfg.detect.every, cfg.detect.idle_every = every, 4
-    cfg.track.verify_guesses = cfg.track.look_at_weak = False
+    cfg.track.verify_guesses = cfg.track.look_at_weak = cfg.track.look_at_odd = False
     stage = FaceStage(cfg, fps=fps, guarded=guarded)
     stage.finder = _CountingFinder(faces)
     return stage
