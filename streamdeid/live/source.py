@@ -138,7 +138,7 @@ def server_refused_transport(reason: str) -> bool:
     return not _NOT_TRANSPORT.search(reason)
 
 
-def error_tail(exc: StreamdeidError) -> str:
+def error_tail(exc: StreamdeidError | str) -> str:
     """``cannot read URL as a video: REASON`` -> ``REASON`` (the URL is said once)."""
     text = str(exc)
     return text.split(" as a video: ", 1)[1] if " as a video: " in text else text
@@ -263,7 +263,7 @@ class LiveSource:
             return
         outage = Outage(time.time(), "initial connection", -1)
         if not self._reconnect(outage, first=True):
-            raise LiveSourceLost(f"cannot connect to {self.name}: {outage.reason}")
+            raise LiveSourceLost(f"cannot connect to {self.name}: {error_tail(outage.reason)}")
 
     def _attach(self, src: VideoSource) -> None:
         self._src = src
@@ -342,7 +342,7 @@ class LiveSource:
                     return
                 raise LiveSourceLost(
                     f"{self.name}: gave up after {outage.attempts} reconnect attempts "
-                    f"({outage.reason})")
+                    f"({error_tail(outage.reason)})")
             self.counters.reconnects += 1
             yield Discontinuity(outage.seconds or 0.0, self.counters.reconnects)
 

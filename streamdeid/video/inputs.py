@@ -27,8 +27,11 @@ READ_ERRORS = (av.FFmpegError, OSError, EOFError, ValueError)
 
 
 def error_reason(exc: BaseException) -> str:
-    """First line of an exception message, without PyAV's ``[Errno N]`` prefix (for one-line errors)."""
-    text = redact(str(exc)).strip().splitlines()  # FFmpeg quotes the URL it failed on, password and all
+    """First line of an exception message, without PyAV's ``[Errno N]`` prefix and the file name it
+    appends (the caller names the file once; for one-line errors)."""
+    strerror, filename = getattr(exc, "strerror", None), getattr(exc, "filename", None)  # OSError, av.FFmpegError
+    message = strerror if strerror and filename else str(exc)
+    text = redact(message).strip().splitlines()  # FFmpeg quotes the URL it failed on, password and all
     return re.sub(r"^\[Errno -?\d+\]\s*", "", text[0]) if text else type(exc).__name__
 
 
