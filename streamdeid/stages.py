@@ -13,8 +13,9 @@ from dataclasses import replace
 import numpy as np
 
 from .config import PipelineConfig, detect_cadence
-from .detect.closer import AGREE_IOU, GUESS_CONTEXT, GUESS_FACE_PX, CloserLook, GuessCheck
-from .detect.finder import ODD_SIZE_RATIO, FaceFinder, holds_a_centre, merge, odd_boxes, typical_sizes
+from .detect.closer import AGREE_IOU, CloserLook, GuessCheck, frame_scale_look
+from .detect.finder import (ODD_SIZE_RATIO, FaceFinder, concat, holds_a_centre, longest_sides, merge, odd_boxes,
+                             typical_sizes)
 from .render import FrameRenderer, PastedFace
 from .scenecut import SceneCutDetector
 from .summary import RunSummary, StageTimes
@@ -79,9 +80,8 @@ class FaceStage:
         self.templates = TemplateStore() if config.track.match_templates else None
         self.guess_check = GuessCheck(self.finder) if config.track.verify_guesses else None
         self._weak_look = CloserLook(self.finder) if config.track.look_at_weak else None
-        self._odd_look = CloserLook(self.finder, context=GUESS_CONTEXT, upscale=False, first=True,
-                                    face_px=GUESS_FACE_PX) if config.track.look_at_odd else None
-        self.odd_dropped = 0  # weak odd boxes a closer look found no face in (not tracked)
+        self._odd_look = frame_scale_look(self.finder) if config.track.look_at_odd else None
+        self.odd_dropped = 0  # odd boxes no closer look found a face on (not tracked)
         self.smallest_face: float | None = None  # set on the first frame
         self.scan_gate = scan_gate
         self.scans_skipped = 0
@@ -167,15 +167,16 @@ class FaceStage:
         sure of is left alone: hamilton's performer, boxed 262 px at 0.50 as he turns at the right edge (frame 70),
         was recognisable in the output when that box was dropped."""
         typical = typical_sizes(dets.boxes)
-        odd = (dets.scores < self.tracker.config.high_score) & odd_boxes(dets.boxes, image.shape[1], image.shape[0])
-        sure = self.tracker.sure_boxes()
-        if odd.any() and len(sure):  # on a face as large that a detection was sure of (the performer turning)
-            size = np.maximum(dets.boxes[:, 2] - dets.boxes[:, 0], dets.boxes[:, 3] - dets.boxes[:, 1])
-            sure_size = np.maximum(sure[:, 2] - sure[:, 0], sure[:, 3] - sure[:, 1])
-            as_large = size[:, None] < ODD_SIZE_RATIO * sure_size[None, :]  # [N, K]
-            odd &= ~((iou_matrix(dets.boxes, sure) >= SURE_OVERLAP) & as_large).any(axis=1)
+        odd = (dets.scores < self.tracker.config.high_score) & odd_boxes(dets.boxes, image.shape[1],
+                                                                          image.shape[0], typical)
         if not odd.any():
             return dets
+        sure = self.tracker.sure_boxes()
+        if len(sure):  # on a face as large that a detection was sure of (the performer turning)
+            as_large = longest_sides(dets.boxes)[:, None] < ODD_SIZE_RATIO * longest_sides(sure)[None, :]  # [N, K]
+            odd &= ~((iou_matrix(dets.boxes, sure) >= SURE_OVERLAP) & as_large).any(axis=1)
+            if not odd.any():
+                return dets
         keep, inside = ~odd, []
         for k in np.flatnonzero(odd):
             found = self._odd_look.look(image, dets.boxes[k], bright=True)
@@ -188,10 +189,7 @@ class FaceStage:
         found = merge(inside, AGREE_IOU)
         if len(found) and len(kept):  # only faces no kept box has already (the kept set is not re-merged)
             found = found[iou_matrix(found.boxes, kept.boxes).max(axis=1) <= AGREE_IOU]
-        if not len(found):
-            return kept
-        return Detections(np.concatenate([kept.boxes, found.boxes]), np.concatenate([kept.scores, found.scores]),
-                          np.concatenate([kept.landmarks, found.landmarks]))
+        return concat([kept, found])
 
     def _looked_at(self, provisional: np.ndarray, dets: Detections, image: np.ndarray) -> Provisional:
         """``provisional`` ([N] bool), and for each weak box (under WEAK_SCORE) that starts a track and is

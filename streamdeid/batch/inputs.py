@@ -65,8 +65,8 @@ def collect_tasks(sources: list[str], out_dir: str | Path, run_params: list[clic
 def _outside(out: Path, rel: str) -> str:
     """Why ``out / rel`` is refused: it resolves outside OUT_DIR (``..``, an absolute path, a symlink that
     leads out). A manifest may come from another system or person; it names files, not places. "" if inside."""
-    target = (out / rel).resolve()
-    if target == out.resolve() or not target.is_relative_to(out.resolve()):
+    root, target = out.resolve(), (out / rel).resolve()
+    if target == root or not target.is_relative_to(root):
         return f"refused: output {rel!r} is outside the output folder {out}"
     return ""
 

@@ -22,7 +22,7 @@ import cv2
 import numpy as np
 
 from streamdeid.detect.base import Detector
-from streamdeid.detect.finder import ODD_SIZE_RATIO, brighten, merge
+from streamdeid.detect.finder import ODD_SIZE_RATIO, brighten, longest_sides, merge
 from streamdeid.track.matching import iou_matrix
 from streamdeid.types import Detections
 
@@ -124,10 +124,10 @@ class CloserLook:
         dets = merge([self._yunet.detect(crop), self._yunet.detect(local_contrast(crop))], AGREE_IOU)
         if not len(dets):
             return dets
-        dets = Detections(dets.boxes / scale + (x0, y0, x0, y0), dets.scores, dets.landmarks / scale + (x0, y0))
+        dets = _to_image(dets, x0, y0, scale)
         cx, cy = (dets.boxes[:, 0] + dets.boxes[:, 2]) / 2, (dets.boxes[:, 1] + dets.boxes[:, 3]) / 2
-        size = np.maximum(dets.boxes[:, 2] - dets.boxes[:, 0], dets.boxes[:, 3] - dets.boxes[:, 1])
-        inside = (cx > box[0]) & (cx < box[2]) & (cy > box[1]) & (cy < box[3]) & (size < ODD_SIZE_RATIO * face_size)
+        inside = (cx > box[0]) & (cx < box[2]) & (cy > box[1]) & (cy < box[3]) \
+            & (longest_sides(dets.boxes) < ODD_SIZE_RATIO * face_size)
         return dets[inside]
 
     @staticmethod
@@ -136,12 +136,24 @@ class CloserLook:
         """The best-scored of ``dets`` (crop pixels) on the face of ``box`` or ``frame``, in image pixels."""
         if not len(dets):
             return None
-        dets = Detections(dets.boxes / scale + (x0, y0, x0, y0), dets.scores, dets.landmarks / scale + (x0, y0))
+        dets = _to_image(dets, x0, y0, scale)
         same = np.maximum(iou_matrix(box[None], dets.boxes)[0], iou_matrix(frame[None], dets.boxes)[0]) > AGREE_IOU
         if not same.any():
             return None
         best = int(np.argmax(np.where(same, dets.scores, -1.0)))
         return dets[best:best + 1]
+
+
+def _to_image(dets: Detections, x0: int, y0: int, scale: float) -> Detections:
+    """``dets`` found on a crop taken at (``x0``, ``y0``) and resized by ``scale``, in image pixels."""
+    return Detections(dets.boxes / scale + (x0, y0, x0, y0), dets.scores, dets.landmarks / scale + (x0, y0))
+
+
+def frame_scale_look(finder) -> CloserLook:
+    """The look at the frame's own scale (GUESS_CONTEXT face heights around, never enlarged, faces brought
+    down to GUESS_FACE_PX, the first pass that finds a face answers): GuessCheck's, and the odd boxes'
+    (stages.FaceStage._without_odd)."""
+    return CloserLook(finder, context=GUESS_CONTEXT, upscale=False, first=True, face_px=GUESS_FACE_PX)
 
 
 class GuessCheck:
@@ -158,7 +170,7 @@ class GuessCheck:
     the frame): the performer's head after he turned away, dark audience heads."""
 
     def __init__(self, finder) -> None:
-        self.closer = CloserLook(finder, context=GUESS_CONTEXT, upscale=False, first=True, face_px=GUESS_FACE_PX)
+        self.closer = frame_scale_look(finder)
         self._floor = finder.fast_floor
 
     def __call__(self, image: np.ndarray, box: np.ndarray) -> tuple[bool, Detections | None]:

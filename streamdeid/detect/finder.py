@@ -69,18 +69,25 @@ def brighten(image: np.ndarray) -> np.ndarray:
     return cv2.LUT(image, lut)
 
 
-def merge(parts: list[Detections], iou_threshold: float) -> Detections:
-    """Union of several passes' detections, duplicates removed by NMS (best score kept)."""
+def concat(parts: list[Detections]) -> Detections:
+    """Several passes' detections as one, in order, nothing removed."""
     parts = [p for p in parts if len(p)]
     if not parts:
         return Detections.empty()
     if len(parts) == 1:
         return parts[0]
-    boxes = np.concatenate([p.boxes for p in parts])
-    scores = np.concatenate([p.scores for p in parts])
-    landmarks = np.concatenate([p.landmarks for p in parts])
-    keep = nms(boxes, scores, iou_threshold)
-    return Detections(boxes[keep], scores[keep], landmarks[keep])
+    return Detections(np.concatenate([p.boxes for p in parts]), np.concatenate([p.scores for p in parts]),
+                      np.concatenate([p.landmarks for p in parts]))
+
+
+def merge(parts: list[Detections], iou_threshold: float) -> Detections:
+    """Union of several passes' detections, duplicates removed by NMS (best score kept)."""
+    parts = [p for p in parts if len(p)]
+    if len(parts) <= 1:
+        return concat(parts)
+    dets = concat(parts)
+    keep = nms(dets.boxes, dets.scores, iou_threshold)
+    return Detections(dets.boxes[keep], dets.scores[keep], dets.landmarks[keep])
 
 
 def drop_nested(dets: Detections) -> Detections:
@@ -126,11 +133,17 @@ ODD_EDGE = 0.01  # share of the frame's longer side: a box this near an edge is 
 ODD_EDGE_RATIO = 2.0
 
 
+def longest_sides(boxes: np.ndarray) -> np.ndarray:
+    """[N] float64: the longest side of each box ([N, 4] x1 y1 x2 y2), a face box's size here."""
+    b = np.asarray(boxes, np.float64).reshape(-1, 4)
+    return np.maximum(b[:, 2] - b[:, 0], b[:, 3] - b[:, 1])
+
+
 def typical_sizes(boxes: np.ndarray) -> np.ndarray:
     """[N] float: for each box ([N, 4] x1 y1 x2 y2), the median size (longest side) of the other boxes
     within ODD_REACH of its size of its centre, where there are at least ODD_NEIGHBOURS of them (else NaN)."""
     b = np.asarray(boxes, np.float64).reshape(-1, 4)
-    size = np.maximum(np.maximum(b[:, 2] - b[:, 0], b[:, 3] - b[:, 1]), 1e-3)
+    size = np.maximum(longest_sides(b), 1e-3)
     centre = (b[:, :2] + b[:, 2:]) / 2
     dist = np.hypot(*(centre[:, None, :] - centre[None, :, :]).transpose(2, 0, 1))  # [N, N]
     near = dist < ODD_REACH * size[:, None]
@@ -141,21 +154,22 @@ def typical_sizes(boxes: np.ndarray) -> np.ndarray:
     return typical
 
 
-def odd_boxes(boxes: np.ndarray, width: int, height: int) -> np.ndarray:
+def odd_boxes(boxes: np.ndarray, width: int, height: int, typical: np.ndarray | None = None) -> np.ndarray:
     """[N] bool: boxes ([N, 4] x1 y1 x2 y2 in a ``width`` x ``height`` frame) unlike a face among faces:
     ODD_SIZE_RATIO times their typical_sizes. A box the frame's edge cuts (within ODD_EDGE of it) is
     judged by its side along that edge, the one the cut leaves whole, against ODD_EDGE_RATIO: a face half
     out of the picture is boxed oddly (a dark face leaving at hamilton's left edge, boxed 65 px tall among
     44 px faces). A box two edges cut (a corner) is never odd: hamilton's performer in profile at the
-    top right, hand-labelled, is boxed 280 px tall."""
+    top right, hand-labelled, is boxed 280 px tall. ``typical``: typical_sizes(boxes), when the caller
+    has it already."""
     b = np.asarray(boxes, np.float64).reshape(-1, 4)
     w, h = b[:, 2] - b[:, 0], b[:, 3] - b[:, 1]
-    typical = np.nan_to_num(typical_sizes(b), nan=np.inf)
+    typical = np.nan_to_num(typical_sizes(b) if typical is None else typical, nan=np.inf)
     m = ODD_EDGE * max(width, height)
     cut_x = (b[:, 0] <= m) | (b[:, 2] >= width - m)  # by the left or right edge: its height is whole
     cut_y = (b[:, 1] <= m) | (b[:, 3] >= height - m)  # by the top or bottom edge: its width is whole
     whole = ~cut_x & ~cut_y
-    return ((whole & (np.maximum(w, h) >= ODD_SIZE_RATIO * typical))
+    return ((whole & (longest_sides(b) >= ODD_SIZE_RATIO * typical))
             | (cut_x & ~cut_y & (h >= ODD_EDGE_RATIO * typical))
             | (cut_y & ~cut_x & (w >= ODD_EDGE_RATIO * typical)))
 
