@@ -252,8 +252,9 @@ class LiveSource:
                     if transport == "udp" and len(failures) else "")
                 self.transport = transport
             return src
-        if len(failures) > 1:
-            raise StreamdeidError(f"{failures[0]} (over TCP); {error_tail(failures[1])} (over UDP)")
+        if len(failures) > 1:  # both transports, in the order tried
+            raise StreamdeidError(f"{failures[0]} (over {tries[0].upper()}); {error_tail(failures[1])} "
+                                  f"(over {tries[1].upper()})")
         raise failures[0]
 
     def connect(self) -> None:
