@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .align.aligner import box_matrices, crop_matrix, invert_similarities, template_fits, warp_aligned
+from .align.aligner import box_matrices, box_scaled_fits, crop_matrix, invert_similarities, template_fits, warp_aligned
 from .anonymize.base import Anonymizer
 from .anonymize.classic import SolidAnonymizer
 from .blend import WarpedFace, blend_into, face_mask, mask_support, warp_to_frame
@@ -224,6 +224,7 @@ class FrameRenderer:
             boxes[guess], landmarks[guess] = scaled_about_centre(boxes[guess], landmarks[guess], growth[guess])
         sizes = self._crop_sides(boxes)
         fits, usable = template_fits(landmarks, boxes)
+        fits = box_scaled_fits(fits, boxes)
         usable = usable[:, None, None]
         # implausible landmarks (profile, occlusion): a square crop around the box
         matrices = np.where(usable, crop_matrix(np.where(usable, fits, 0.0), sizes, margin),

@@ -37,6 +37,14 @@ WEAK_SCORE = 0.5
 # An odd box overlapping a sure track's last box this much (IoU), and not odd beside it, is that face
 # (FaceStage._without_odd). In a crowd an odd box over two faces overlaps a sure one too, but is odd beside it.
 SURE_OVERLAP = 0.2
+# ... or whose centre is this close to it (in the sure box's longest sides): a face that moved fast while
+# its track was held or remembered (hamilton's performer leaving at the right edge, frames 46-70).
+SURE_REACH = 0.75
+
+
+def _centres(boxes: np.ndarray) -> np.ndarray:
+    """[N, 2] centres of x1 y1 x2 y2 boxes [N, 4]."""
+    return (boxes[:, :2] + boxes[:, 2:]) / 2
 
 FrameObserver = Callable[[FrameResult, list[PastedFace]], None]
 
@@ -173,8 +181,11 @@ class FaceStage:
             return dets
         sure = self.tracker.sure_boxes()
         if len(sure):  # on a face as large that a detection was sure of (the performer turning)
-            as_large = longest_sides(dets.boxes)[:, None] < ODD_SIZE_RATIO * longest_sides(sure)[None, :]  # [N, K]
-            odd &= ~((iou_matrix(dets.boxes, sure) >= SURE_OVERLAP) & as_large).any(axis=1)
+            sides = longest_sides(sure)
+            as_large = longest_sides(dets.boxes)[:, None] < ODD_SIZE_RATIO * sides[None, :]  # [N, K]
+            apart = np.hypot(*(_centres(dets.boxes)[:, None, :] - _centres(sure)[None, :, :]).transpose(2, 0, 1))
+            near = (iou_matrix(dets.boxes, sure) >= SURE_OVERLAP) | (apart <= SURE_REACH * sides[None, :])
+            odd &= ~(near & as_large).any(axis=1)
             if not odd.any():
                 return dets
         keep, inside = ~odd, []

@@ -81,6 +81,12 @@ PROVISIONAL_HITS = 2
 # at its held box did not, once), a face that has gone is missed by every look.
 DOUBTS_TO_END = 2
 
+# A held track whose predicted box overlaps a detection of this run (that went to another track) at this IoU,
+# at a size within this ratio, is a copy of that face (FaceTracker._without_copies). Two faces that overlap
+# so much are one face and the one it hides.
+COPY_IOU = 0.4
+COPY_SIZE_RATIO = 1.5
+
 # Largest centre speed of a held track, in box heights per frame.
 MAX_HELD_SPEED = 0.25
 
@@ -283,10 +289,31 @@ class FaceTracker:
                 out.append(None)
             kept.append(t)
         self._tracks = kept
+        held = self._without_copies(held, dets)
         for (i, t), face in zip(held, self._held([t for _, t in held], locate)):
             # a face a run that could see it missed, whose pixels are not where it is guessed: look closer
             out[i] = self._verified(t, face, verify) if t.unseen and verify is not None else face
         return [f for f in out if f is not None]
+
+    @staticmethod
+    def _without_copies(held: list[tuple[int, _Track]], dets: Detections) -> list[tuple[int, _Track]]:
+        """``held`` (place in out, track) less the copies of a face this run found for another track: a
+        track missed by this run whose predicted box overlaps one of its detections at COPY_IOU or more,
+        at a size within COPY_SIZE_RATIO, is that face (the detection went to a track that had it before,
+        or to a remembered one), so its hold ends (``gone``: remembered, uncovered, continued by a later
+        detection as any lost track). On hamilton the performer's face went back to a remembered track
+        of his while the track that had followed him was held at its stale place for 16 frames, a
+        250 px disc beside him."""
+        if not held or not len(dets.boxes):
+            return held
+        boxes = xyah_to_xyxy(np.stack([t.mean for _, t in held]))  # [N, 4]
+        heights = boxes[:, 3] - boxes[:, 1]
+        det_heights = dets.boxes[:, 3] - dets.boxes[:, 1]
+        ratio = heights[:, None] / np.maximum(det_heights[None, :], 1e-3)  # [N, D]
+        same = (iou_matrix(boxes, dets.boxes) >= COPY_IOU) & (ratio <= COPY_SIZE_RATIO) & (ratio >= 1 / COPY_SIZE_RATIO)
+        for (_, t), copy in zip(held, same.any(1)):
+            t.gone = t.gone or bool(copy)
+        return [h for h, copy in zip(held, same.any(1)) if not copy]
 
     def _verified(self, t: _Track, held: TrackedFace, verify: Verify) -> TrackedFace | None:
         """``held``, the face _held made for a track this run missed, after a closer look at its predicted
