@@ -100,7 +100,9 @@ class AnonymizeConfig:
     method: str = "blur"
     # blur: Gaussian sigma as a fraction of the crop size; mosaic: cells per side.
     # Chosen with streamdeid.identity.leakcheck on short_hamilton_clip.mp4 (748
-    # faces): blur 0.12 leaked 7, 0.16 1, 0.2 none; mosaic 8 cells 43, 5 cells 1.
+    # faces): blur 0.12 leaked 7, 0.16 1, 0.2 none; mosaic 8 cells 43, 5 cells 1. On the covers of
+    # 2026-11-25 the same check (tests/test_live.py's) finds one at 0.2: frame 241, a dark face half hidden
+    # at the left edge, fully covered, SFace 0.366 for the threshold's 0.363 (test_privacy_e2e: none).
     blur_sigma: float = 0.2
     mosaic_cells: int = 5
     solid_color: tuple[int, int, int] = (128, 128, 128)  # BGR

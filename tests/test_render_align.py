@@ -13,7 +13,8 @@ import cv2
 import numpy as np
 import pytest
 
-from streamdeid.align.aligner import ARCFACE_112, invert_similarities, similarity_transform, template_fits
+from streamdeid.align.aligner import (ARCFACE_112, IMPLIED_HEIGHT_RANGE, box_scaled_fits, invert_similarities,
+                                     similarity_transform, template_fits)
 from streamdeid.anonymize import create_anonymizer
 from streamdeid.blend.paste import paste_rois
 from streamdeid.config import AlignConfig, AnonymizeConfig, BlendConfig, DetectConfig
@@ -111,3 +112,22 @@ def test_small_faces_get_the_smallest_crop_that_keeps_two_pixels_per_pixel() -> 
     heights = np.array([10.0, 16.0, 20.0, 30.0, 47.0, 49.0, 200.0])
     boxes = np.stack([np.zeros_like(heights), np.zeros_like(heights), heights * 0.8, heights], 1)
     assert renderer._crop_sides(boxes).tolist() == [32, 32, 48, 64, 96, 128, 128]
+
+
+def test_a_fit_is_scaled_to_its_box_about_the_landmarks_centre() -> None:
+    """Landmarks that imply a face far larger than its box (a weak band-pan detection: 35 x 43 px box,
+    points spread 43 px down) are drawn at the box's scale; a usual fit is left as it is."""
+    landmarks = np.array([[[1223.0, 626.0], [1229.0, 616.0], [1230.0, 627.0], [1239.0, 659.0], [1233.0, 651.0]],
+                          [[20.0, 30.0], [40.0, 30.0], [30.0, 42.0], [22.0, 52.0], [38.0, 52.0]]])
+    boxes = np.array([[1209.0, 609.0, 1244.0, 652.0], [10.0, 12.0, 50.0, 62.0]])
+    fits, ok = template_fits(landmarks, boxes)
+    assert ok.all()
+    implied = 100.0 / np.hypot(fits[:, 0, 0], fits[:, 1, 0]) / (boxes[:, 3] - boxes[:, 1])
+    assert implied[0] > 2.0 and IMPLIED_HEIGHT_RANGE[0] <= implied[1] <= IMPLIED_HEIGHT_RANGE[1]
+    scaled = box_scaled_fits(fits, boxes)
+    after = 100.0 / np.hypot(scaled[:, 0, 0], scaled[:, 1, 0]) / (boxes[:, 3] - boxes[:, 1])
+    assert after[0] == pytest.approx(IMPLIED_HEIGHT_RANGE[1]) and np.allclose(scaled[1], fits[1])
+    centre = np.append(landmarks[0].mean(axis=0), 1.0)
+    assert np.allclose(scaled[0] @ centre, fits[0] @ centre)  # the face stays where its points are
+    # the rotation is the landmarks' own
+    assert np.allclose(np.arctan2(scaled[:, 1, 0], scaled[:, 0, 0]), np.arctan2(fits[:, 1, 0], fits[:, 0, 0]))
