@@ -218,7 +218,8 @@ class FrameRenderer:
         landmarks = np.array([f.landmarks for f in faces], np.float64)  # [N, 5, 2]
         # A predicted (held) or back-filled position is a guess: the face may have moved, so cover a
         # larger area around it (cover_size.py).
-        growth = np.array([drawn_growth(f.state, f.matched, f.between_runs) for f in faces])
+        sides = np.maximum(boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1])  # [N] longest sides
+        growth = np.array([drawn_growth(f.state, f.matched, f.between_runs, s) for f, s in zip(faces, sides)])
         guess = growth != 1.0
         if guess.any():
             boxes[guess], landmarks[guess] = scaled_about_centre(boxes[guess], landmarks[guess], growth[guess])

@@ -388,3 +388,12 @@ def test_no_closer_look_between_detector_runs_or_for_a_face_seen():
     tracker.update(None, verify=verify)
     tracker.update(dets([face(101, 100)]), verify=verify)
     assert calls == []
+
+
+def test_a_guessed_cover_grows_by_a_share_of_a_small_face_and_a_bounded_margin_of_a_large_one() -> None:
+    from streamdeid.cover_size import MAX_GUESS_GROWTH_PX, UNCERTAIN_GROWTH, drawn_growth
+
+    assert drawn_growth("detected", False, False, 290.0) == 1.0
+    assert drawn_growth("held", False, False, 50.0) == UNCERTAIN_GROWTH  # 15 px: under the bound
+    large = drawn_growth("backfilled", False, False, 290.0)  # hamilton's performer leaving at the edge
+    assert large < UNCERTAIN_GROWTH and 290.0 * (large - 1.0) == pytest.approx(MAX_GUESS_GROWTH_PX)
