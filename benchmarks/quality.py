@@ -6,14 +6,14 @@
 Writes ``quality.json``, ``quality.md`` (tables) and ``quality.png`` (bars per
 metric per method and a grid of original / anonymized / recovered / wrong-key
 faces) to ``--out``. Face sets: ``--faces DIR`` (default: the held-out UTKFace
-split, ``streamdeid/eval/heldout_utkface.txt``) and ``--stills DIR`` (default:
+split, ``evaluation/heldout_utkface.txt``) and ``--stills DIR`` (default:
 the photos in ../shared/media); videos: ``--videos`` (default: the clips in
 ../shared/media; ``--videos none`` skips them). What each number means is in
-the docstrings of ``streamdeid.eval.faces`` and ``streamdeid.eval.video``.
+the docstrings of ``evaluation.faces`` and ``evaluation.video``.
 
 A reversible method (``dbaf``) plugs in by name once it is registered with
 ``streamdeid.anonymize.register_anonymizer`` and its inverse with
-``streamdeid.eval.register_recoverer``; keys come from FaceContext.key.
+``evaluation.register_recoverer``; keys come from FaceContext.key.
 ``dbaf`` uses the shipped weights (or ``--model``) with the pipeline's leak
 guard, as users get it; ``dbaf-raw`` is the generator alone (leak guard off),
 which is what the model card's targets are about.
@@ -34,11 +34,12 @@ import cv2
 import numpy as np
 from tqdm import tqdm
 
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # the repo root, last (a --code tree stays first): evaluation/
 from streamdeid.anonymize import AnonymizerBase, create_anonymizer
 from streamdeid.config import AnonymizeConfig, PipelineConfig
-from streamdeid.eval import PIXEL_RANGE, EvalKeys, create_recognizers, create_recoverer, heldout_files
-from streamdeid.eval.faces import FaceEvaluator, image_files, load_face_set
-from streamdeid.eval.report import bar_panel, face_grid, figure, markdown, write_json
+from evaluation import PIXEL_RANGE, EvalKeys, create_recognizers, create_recoverer, heldout_files
+from evaluation.faces import FaceEvaluator, image_files, load_face_set
+from evaluation.report import bar_panel, face_grid, figure, markdown, write_json
 from streamdeid.identity.leakcheck import EXCESS_MARGIN
 from streamdeid.types import StreamdeidError
 
@@ -157,7 +158,7 @@ def video_files(videos: list[str] | None) -> list[Path]:
 
 def evaluate_videos(video_paths: list[Path], methods: list[str], anonymizers: dict, sface, args, out: Path) -> dict:
     """The ``report["videos"]`` section: every method on every clip, pooled per method."""
-    from streamdeid.eval.video import evaluate_clip, original_detections, pool
+    from evaluation.video import evaluate_clip, original_detections, pool
 
     work = out / "videos" if args.keep_videos else Path(tempfile.mkdtemp(prefix="sdeid-quality-"))
     # originals are detected once, not once per method

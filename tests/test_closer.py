@@ -93,7 +93,7 @@ def _band_pan_frame(media, t: int) -> np.ndarray:
     photo scaled to 1920 px wide), made in memory."""
     from types import SimpleNamespace
 
-    from streamdeid.eval.pan import make_pan
+    from evaluation.pan import make_pan
 
     photo = cv2.imread(str(media / "crowd_marching_band.jpg"))
     canvas = cv2.resize(photo, (1920, round(photo.shape[0] * 1920 / photo.shape[1])), interpolation=cv2.INTER_CUBIC)

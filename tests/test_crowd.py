@@ -1,4 +1,4 @@
-"""The synthetic crowd (streamdeid.eval.crowd): determinism, geometry, and ground truth checked by YuNet."""
+"""The synthetic crowd (evaluation.crowd): determinism, geometry, and ground truth checked by YuNet."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from streamdeid.config import DetectConfig
 from streamdeid.detect import create_detector
-from streamdeid.eval.crowd import (
+from evaluation.crowd import (
     FACE_BOX,
     SIZE_BUCKETS,
     CrowdImage,
@@ -20,7 +20,7 @@ from streamdeid.eval.crowd import (
     make_crowd,
     read_frame,
 )
-from streamdeid.eval.recognizers import box_iou
+from evaluation.recognizers import box_iou
 
 from conftest import UTK  # noqa: E402
 

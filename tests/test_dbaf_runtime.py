@@ -424,7 +424,7 @@ def test_eval_recoverer_reuses_a_loaded_generator(anonymizer, dbaf_files) -> Non
     """quality.py: the dbaf recoverer is the anonymizer's own recover (one model load), and gives
     the same faces as a recoverer that loads the weights itself."""
     from streamdeid.config import AnonymizeConfig
-    from streamdeid.eval import create_recoverer
+    from evaluation import create_recoverer
 
     cfg = AnonymizeConfig(method="dbaf", model_path=str(dbaf_files["onnx"]))
     reused = create_recoverer(cfg, anonymizer)

@@ -33,7 +33,7 @@ def test_brightening_finds_more_of_the_dark_audience(media):
     """short_hamilton_clip.mp4's audience shots are dark: the fast pass at the default threshold
     finds more of the hand-labelled faces after the exposure correction (46 -> 54 detections on
     these 8 frames when measured)."""
-    from streamdeid.eval.recall import HandLabels, box_iou, read_frames
+    from evaluation.recall import HandLabels, box_iou, read_frames
 
     labels = HandLabels.load(HAND_LABELS).for_media("short_hamilton_clip.mp4")
     frames = sorted(f for f in labels if 45 <= f <= 80)

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from conftest import decode, make_video, run_cli
 
-from streamdeid.eval.recall import changed_pixels
+from evaluation.recall import changed_pixels
 from streamdeid.identity.selector import TrackSelector
 
 N = 40  # frames

@@ -24,8 +24,8 @@ import pytest
 
 from streamdeid.api import anonymize
 from streamdeid.config import PipelineConfig
-from streamdeid.eval.recall import DlibReference, HandLabels, boxes_by_frame, merge_references, read_frames
-from streamdeid.eval.recognizers import dlib_available
+from evaluation.recall import DlibReference, HandLabels, boxes_by_frame, merge_references, read_frames
+from evaluation.recognizers import dlib_available
 from streamdeid.identity.leakcheck import check_video
 from streamdeid.identity.sface import SFace
 

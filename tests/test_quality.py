@@ -1,4 +1,4 @@
-"""Known-answer tests of the quality metrics (streamdeid.eval, benchmarks/quality.py)."""
+"""Known-answer tests of the quality metrics (evaluation, benchmarks/quality.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from streamdeid.anonymize import AnonymizerBase, create_anonymizer
 from streamdeid.config import AnonymizeConfig, DetectConfig
 from streamdeid.detect import create_detector
-from streamdeid.eval import (
+from evaluation import (
     EvalKeys,
     FaceGeometry,
     create_recognizers,
@@ -28,8 +28,8 @@ from streamdeid.eval import (
     ssim,
     vault_round_trip,
 )
-from streamdeid.eval.heldout import make_split_list
-from streamdeid.eval.report import jsonable
+from evaluation.heldout import make_split_list
+from evaluation.report import jsonable
 
 from conftest import MEDIA, UTK  # noqa: E402
 
@@ -68,7 +68,7 @@ def recognizers():
 def evaluator(recognizers):
     if not UTK.is_dir():
         pytest.skip(f"shared dataset not found at {UTK}")
-    from streamdeid.eval.faces import FaceEvaluator, load_face_set
+    from evaluation.faces import FaceEvaluator, load_face_set
 
     fs = load_face_set("utk", heldout_files(UTK), limit=6, largest_only=True, pad=0.25)
     assert len(fs.faces) == 6
@@ -189,7 +189,7 @@ def test_recovery_with_right_and_wrong_key(evaluator):
 
 @needs_media
 def test_video_leak_metric_catches_an_uncovered_frame(tmp_path):
-    from streamdeid.eval.video import anonymize_clip, clip_fps, decode, leak_metric, write_video
+    from evaluation.video import anonymize_clip, clip_fps, decode, leak_metric, write_video
 
     src = MEDIA / "head-pose-face-detection-male.mp4"
     frames = []

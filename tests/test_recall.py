@@ -1,4 +1,4 @@
-"""Recall judged by faces the pipeline does not find itself (streamdeid.eval.recall).
+"""Recall judged by faces the pipeline does not find itself (evaluation.recall).
 
 The unit tests check the evaluator; the end-to-end tests hold `streamdeid run`'s
 defaults to hand-labelled faces of the shared media and to a synthetic crowd
@@ -18,7 +18,7 @@ import pytest
 
 from streamdeid.api import anonymize
 from streamdeid.config import PipelineConfig
-from streamdeid.eval.recall import (
+from evaluation.recall import (
     HandLabels,
     RecallReport,
     ReferenceFace,
@@ -174,7 +174,7 @@ def test_defaults_on_a_synthetic_crowd(media: Path, tmp_path: Path):
     """150 UTKFace faces at 10-60 px, half of them blurred or darkened, on a real face-free frame."""
     if not UTK.is_dir():
         pytest.skip(f"face dataset not found at {UTK}")
-    from streamdeid.eval.crowd import crowd_pool, default_background, make_crowd
+    from evaluation.crowd import crowd_pool, default_background, make_crowd
 
     crowd = make_crowd(crowd_pool(UTK, limit=150), default_background(media), count=150, seed=101)
     src, out = tmp_path / "crowd.png", tmp_path / "crowd_out.png"

@@ -10,7 +10,7 @@ from streamdeid.config import DetectConfig
 from streamdeid.detect import create_detector
 from streamdeid.detect.finder import FaceFinder
 from streamdeid.detect.still import StillFinder, mirrored
-from streamdeid.eval.recognizers import box_iou
+from evaluation.recognizers import box_iou
 from streamdeid.types import Detections
 
 from conftest import UTK, load_image
@@ -66,7 +66,7 @@ def test_a_closer_look_confirms_a_small_face_and_not_the_background():
 def test_a_still_gets_more_of_a_dark_blurred_crowd_than_one_video_frame(media):
     if not UTK.is_dir():
         pytest.skip(f"face dataset not found at {UTK}")
-    from streamdeid.eval.crowd import crowd_pool, default_background, make_crowd
+    from evaluation.crowd import crowd_pool, default_background, make_crowd
 
     crowd = make_crowd(crowd_pool(UTK, limit=150), default_background(media), count=150, seed=7)
     finder = FaceFinder(DetectConfig())
@@ -116,7 +116,7 @@ def test_a_blurred_face_boxed_at_a_part_of_it_is_found(media):
     """synthetic_crowd_2.png of benchmarks/recall.py: a dark, blurred 37 px face one pass boxes at 25 px.
     A look framed around that box blew the face past its crop; the second look, framed around the tallest
     box a pass put on it, finds it."""
-    from streamdeid.eval.crowd import crowd_pool, default_background, make_crowd
+    from evaluation.crowd import crowd_pool, default_background, make_crowd
 
     crowd = make_crowd(crowd_pool(UTK), default_background(media), count=200, seed=2)
     (k,) = np.flatnonzero(np.abs(crowd.boxes - [413.3, 574.1, 440.9, 611.2]).max(axis=1) < 1)
@@ -128,7 +128,7 @@ def test_a_blurred_face_boxed_at_a_part_of_it_is_found(media):
 def test_a_dark_blurred_face_only_centerface_scores_is_covered(media, monkeypatch):
     """synthetic_crowd_2.png of benchmarks/recall.py: a dark, blurred 35 px face no YuNet pass keeps (it
     was the one face >= 24 px the benchmark missed); CenterFace's pass scores it 0.5 and adds its box."""
-    from streamdeid.eval.crowd import crowd_pool, default_background, make_crowd
+    from evaluation.crowd import crowd_pool, default_background, make_crowd
 
     crowd = make_crowd(crowd_pool(UTK), default_background(media), count=200, seed=2)
     (k,) = np.flatnonzero(np.abs(crowd.boxes - [775.8, 586.7, 801.2, 622.0]).max(axis=1) < 1)

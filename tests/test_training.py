@@ -224,7 +224,7 @@ def test_anonymize_from_a_plain_kria_checkpoint_starts_kria_as_identity(tiny_env
 
 # --------------------------------------------------------------------- held-out
 def test_training_refuses_heldout_files(tiny_env, tmp_path):
-    from streamdeid.eval.heldout import heldout_names
+    from evaluation.heldout import heldout_names
 
     held = sorted(heldout_names())[0]
     with pytest.raises(HeldoutError):
@@ -242,7 +242,7 @@ def test_training_refuses_heldout_files(tiny_env, tmp_path):
 def test_prepare_detects_aligns_and_excludes_heldout(tmp_path):
     if not DATASET.is_dir():
         pytest.skip(f"training images not found at {DATASET}")
-    from streamdeid.eval.heldout import heldout_names
+    from evaluation.heldout import heldout_names
 
     src = tmp_path / "photos"
     src.mkdir()
@@ -265,7 +265,7 @@ def test_curve_scores_sample_grids_at_a_common_size(tmp_path):
     import cv2
 
     from streamdeid.identity import SFace
-    from streamdeid.eval.pixels import psnr
+    from evaluation.pixels import psnr
     from training.curve import curve, resize_all
     from training.trainer import to_image_grid
 

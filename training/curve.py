@@ -20,7 +20,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from streamdeid.eval.pixels import psnr
+from evaluation.pixels import psnr
 from streamdeid.identity.sface import cosine
 
 

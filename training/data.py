@@ -9,7 +9,7 @@ A prepared dataset directory holds::
 Crops are aligned exactly as the runtime aligns faces (YuNet landmarks,
 ``streamdeid.align.align_face`` with ``AlignConfig().margin``), so the model is
 trained on the framing it sees in videos. Files of the held-out evaluation
-split (``streamdeid.eval.is_heldout``) are never read for training: prepare
+split (``evaluation.is_heldout``) are never read for training: prepare
 lists them as refused, and loading a prepared set that names one raises
 :class:`HeldoutError`. Training crops that are near-duplicates (dHash) of a
 held-out face are dropped as well, so a re-saved copy cannot leak either.
@@ -35,8 +35,8 @@ class HeldoutError(RuntimeError):
 
 
 def is_heldout(path: str | Path) -> bool:
-    """``streamdeid.eval.is_heldout`` imported lazily (it is owned by the evaluation package)."""
-    from streamdeid.eval.heldout import is_heldout as _is_heldout
+    """``evaluation.is_heldout`` imported lazily (it is owned by the evaluation package)."""
+    from evaluation.heldout import is_heldout as _is_heldout
 
     return _is_heldout(path)
 

@@ -32,7 +32,7 @@ from streamdeid.track.matching import intersection_matrix
 from streamdeid.types import Detections, StreamdeidError
 
 # Face height (px, at the detector input) from which YuNet finds faces reliably. On synthetic crowds
-# (streamdeid.eval.crowd, 400 faces, threshold 0.3) it found 96% of 24-40 px faces and 74% of 16-24 px.
+# (evaluation.crowd, 400 faces, threshold 0.3) it found 96% of 24-40 px faces and 74% of 16-24 px.
 SCAN_FACE_PX = 24
 # Upscaling cap of the scan (longest side of its input), so a 4K frame does not become 8K: the run
 # then looks for faces of SCAN_FACE_PX / scale and says so (FaceFinder.smallest_face).

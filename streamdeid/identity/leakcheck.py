@@ -17,7 +17,7 @@ faces of the shared media: identity 100 % leaked, blur sigma 0.02 79 %,
 Faces too small for SFace (``MIN_SFACE_HEIGHT``) are checked by pixels.
 
 ``check_video(..., faces=...)`` checks given reference faces instead (boxes from
-detectors the pipeline does not run, or hand labels: see streamdeid.eval.recall),
+detectors the pipeline does not run, or hand labels: see evaluation.recall),
 so the pipeline's detector does not choose the faces it is graded on; YuNet then
 only places each reference face's landmarks for SFace.
 """

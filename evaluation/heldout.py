@@ -11,7 +11,7 @@ the rule were ever changed.
 
 Training code calls :func:`is_heldout` on every file and refuses those files::
 
-    from streamdeid.eval import is_heldout
+    from evaluation import is_heldout
     files = [f for f in files if not is_heldout(f)]
 """
 

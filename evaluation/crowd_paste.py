@@ -1,4 +1,4 @@
-"""Pasting one aligned face crop into a crowd canvas (:mod:`streamdeid.eval.crowd`).
+"""Pasting one aligned face crop into a crowd canvas (:mod:`evaluation.crowd`).
 
 The crop is grown by a painted forehead, neck and sides, cut out with a soft
 head-shaped mask (no square patch edge), scaled so that its face box

@@ -25,10 +25,10 @@ from pathlib import Path
 import av
 import numpy as np
 
-from ..config import AnonymizeConfig, DetectConfig, PipelineConfig
-from ..detect import create_detector
-from ..identity.leakcheck import check_video
-from ..identity.sface import SFACE_MATCH_THRESHOLD, SFace, align_for_sface, cosine
+from streamdeid.config import AnonymizeConfig, DetectConfig, PipelineConfig
+from streamdeid.detect import create_detector
+from streamdeid.identity.leakcheck import check_video
+from streamdeid.identity.sface import SFACE_MATCH_THRESHOLD, SFace, align_for_sface, cosine
 from .recognizers import box_iou
 
 VIDEO_SUFFIXES = (".mp4", ".mov", ".mkv", ".avi", ".webm", ".m4v")
@@ -67,7 +67,7 @@ def anonymize_clip(clip: str | Path, out: str | Path, method: str, tracks: str |
                    config: PipelineConfig | None = None):
     """Run the streamdeid pipeline on ``clip`` with ``method``; tracks to a JSONL file.
     Returns the run's ``streamdeid.api.RunResult`` (``.output``, ``.summary``)."""
-    from ..api import anonymize
+    from streamdeid.api import anonymize
 
     cfg = config or PipelineConfig()
     cfg.anonymize = AnonymizeConfig(**{**cfg.anonymize.__dict__, "method": method})
