@@ -174,7 +174,8 @@ def tracking_pass(pan) -> dict:
     """Detection + tracking in-process on the clip's exact frames; each reported box matched to a pasted face."""
     from streamdeid.config import PipelineConfig
     from evaluation.recognizers import box_iou
-    from streamdeid.pipeline import FaceStage, StageTimes
+    from streamdeid.stages import FaceStage
+    from streamdeid.summary import StageTimes
     from streamdeid.types import Frame
 
     stage = FaceStage(PipelineConfig(), pan.fps)

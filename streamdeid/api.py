@@ -18,7 +18,9 @@ from .config import PipelineConfig
 from .files import refuse_same_file
 from .folder import FAILED, OK, SKIPPED, FileOutcome, output_is_complete
 from .keys import RunKeys, run_keys
-from .pipeline import Pipeline, RunSummary, ThreadedSink, build_renderer, threaded_source
+from .pipeline import Pipeline, build_renderer
+from .summary import RunSummary
+from .threads import ThreadedSink, threaded_source
 from .render import FrameRenderer
 from .restore import MODEL_MODE_CAVEAT, RecoverResult, recover
 from .types import Frame, FrameResult, StreamdeidError
@@ -26,7 +28,8 @@ from .vault_glue import VaultRecorder, open_vault_writer, pipeline_meta, vault_p
 from .video.images import is_image, list_media
 from .redact import redact
 from .video.reader import open_source
-from .video.writer import StreamWriter, VideoWriter, is_stream_output, write_image
+from .video.stream_writer import StreamWriter, is_stream_output
+from .video.writer import VideoWriter, write_image
 
 __all__ = ["MODEL_MODE_CAVEAT", "RecoverResult", "RunResult", "anonymize", "recover"]
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from . import __version__
+from .batch.cli import batch_command
 from .cli_config import (
     RECOVER_OPTIONS,
     RUN_OPTIONS,
@@ -338,9 +339,7 @@ def inspect(vault: str) -> None:
     click.echo(json.dumps(info, indent=2, default=str))
 
 
-from .batch.cli import batch_command  # noqa: E402 (built on run's options, so after run)
-
-main.add_command(batch_command(run))
+main.add_command(batch_command(run))  # built on run's options, so after run
 
 if __name__ == "__main__":
     main()

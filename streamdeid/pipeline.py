@@ -22,14 +22,11 @@ from .lookahead import LookaheadBuffer
 from .render import FrameRenderer, PastedFace
 from .selection import SelectStage
 from .stages import FaceStage, FrameObserver, RenderStage
-from .summary import RunSummary, StageTimes
-from .threads import QUEUE_FRAMES, BackgroundQueue, ThreadedSink, threaded_source
+from .summary import RunSummary
+from .threads import QUEUE_FRAMES, BackgroundQueue
 from .types import Frame, FrameResult
 
-__all__ = [
-    "QUEUE_FRAMES", "FaceStage", "FrameObserver", "Pipeline", "RenderStage", "RunSummary", "StageTimes",
-    "ThreadedSink", "build_renderer", "process_frames", "threaded_source",
-]
+__all__ = ["Emit", "Pipeline", "build_renderer", "process_frames"]
 
 #: Where a rendered frame goes: called once per frame, in order, after the observers.
 Emit = Callable[[FrameResult, list[PastedFace]], None]

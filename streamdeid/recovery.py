@@ -3,7 +3,7 @@
 What a run records is vault_glue.py (``VaultRecorder``: per face, the touched rectangle, its original
 pixels and which of them the face owns). At recover time ``restore_frame`` copies the owned original
 pixels back, so with a lossless anonymized video the face regions come back bit-identical. The run's
-keys are keys/run.py; both are re-exported here for the callers that import them from this module.
+keys are keys/run.py.
 """
 
 from __future__ import annotations
@@ -16,27 +16,11 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from .keys import KeyFile, RunKeys, load_key, run_keys
+from .keys import KeyFile, load_key
 from .types import StreamdeidError
 from .vault import VaultReader, VaultRecord
-from .vault_glue import (
-    VIDEO_ID_PREFIX,
-    VIDEO_ID_TAG,
-    SegmentVaultWriter,
-    VaultRecorder,
-    open_vault_writer,
-    pipeline_meta,
-    read_video_id_tag,
-    vault_path_for,
-    vault_quality,
-    video_id_tag,
-)
 
-__all__ = [
-    "VIDEO_ID_PREFIX", "VIDEO_ID_TAG", "RunKeys", "SegmentVaultWriter", "VaultRecorder", "load_recovery_key",
-    "open_vault_writer", "pipeline_meta", "prefetch", "read_video_id_tag", "records_by_frame", "restore_frame", "run_keys",
-    "vault_path_for", "vault_quality", "video_id_tag",
-]
+__all__ = ["load_recovery_key", "prefetch", "records_by_frame", "restore_frame"]
 
 
 def restore_frame(image: np.ndarray, record: VaultRecord) -> int:

@@ -121,7 +121,8 @@ def test_on_a_panning_crowd_matched_guesses_stay_where_their_face_was_seen(media
     from streamdeid.config import PipelineConfig
     from evaluation.crowd import crowd_pool, default_background, make_crowd
     from evaluation.pan import make_pan
-    from streamdeid.pipeline import FaceStage, StageTimes
+    from streamdeid.stages import FaceStage
+    from streamdeid.summary import StageTimes
 
     from conftest import UTK
 

@@ -7,7 +7,8 @@ import pytest
 
 from streamdeid.config import PipelineConfig, TrackConfig
 from streamdeid.lookahead import LookaheadBuffer
-from streamdeid.pipeline import FaceStage, StageTimes
+from streamdeid.stages import FaceStage
+from streamdeid.summary import StageTimes
 from streamdeid.track import FaceTracker
 from streamdeid.track.camera_motion import CameraMotion, apply, invert
 from streamdeid.types import Frame, FrameResult, TrackedFace

@@ -28,7 +28,7 @@ from streamdeid.anonymize import (
 )
 from streamdeid.config import PipelineConfig
 from streamdeid.keys import kria_vector, track_key
-from streamdeid.pipeline import RunSummary
+from streamdeid.summary import RunSummary
 from streamdeid.render import FrameRenderer
 from streamdeid.types import FaceContext, Frame, FrameResult, StreamdeidError, TrackedFace
 

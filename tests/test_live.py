@@ -28,7 +28,7 @@ from devtools.rtsp import SERVER, Publisher, RtspServer, rss_kb
 from streamdeid.config import PipelineConfig
 from streamdeid.live import LiveConfig, LiveSource, LiveSourceLost, live_lookahead_frames, run_live, segment_path
 from streamdeid.live.fresh import END, FreshQueue
-from streamdeid.live.source import Discontinuity, _Timeline
+from streamdeid.live.source import Discontinuity, _Timeline, server_refused_transport
 from streamdeid.pipeline import build_renderer
 from streamdeid.types import Frame, StreamdeidError
 from streamdeid.video.reader import open_source
@@ -42,6 +42,17 @@ needs_server = pytest.mark.skipif(
 
 
 # ---------------------------------------------------------------- unit tests
+def test_only_the_servers_answer_decides_an_rtsp_fallback() -> None:
+    """A 400 is worth trying over UDP, a 401/403/404 or a refused connection is not; the URL is not read
+    (CI's random port 33401 once read as a 401, and a UDP-only server was never tried over UDP)."""
+    url = "cannot read rtsp://127.0.0.1:33401/cam as a video: "
+    assert server_refused_transport(url + "Server returned 400 Bad Request")
+    assert not server_refused_transport(url + "Server returned 401 Unauthorized (authorization failed)")
+    assert not server_refused_transport(url + "Server returned 404 Not Found")
+    assert not server_refused_transport("cannot read rtsp://refused.example:8554/x as a video: Connection refused")
+    assert server_refused_transport("cannot read rtsp://refused.example:8554/x as a video: Server returned 400 Bad Request")
+
+
 def test_config_validation_and_backoff() -> None:
     live = LiveConfig(backoff_initial=0.5, backoff_max=4, backoff_factor=2)
     assert [live.backoff(a) for a in range(1, 6)] == [0.5, 1.0, 2.0, 4.0, 4.0]

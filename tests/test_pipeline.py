@@ -9,7 +9,8 @@ from streamdeid.anonymize import AnonymizerBase
 from streamdeid.anonymize.classic import BlurAnonymizer, SolidAnonymizer
 from streamdeid.config import PipelineConfig
 from streamdeid.lookahead import LookaheadBuffer
-from streamdeid.pipeline import FaceStage, StageTimes
+from streamdeid.stages import FaceStage
+from streamdeid.summary import StageTimes
 from streamdeid.render import FrameRenderer
 from streamdeid.scenecut import SceneCutDetector
 from streamdeid.types import Frame, FrameResult, TrackedFace
@@ -258,7 +259,8 @@ def test_render_many_batches_frames_and_matches_render() -> None:
 def test_pipeline_batches_frames_for_batching_anonymizers(media) -> None:
     """process_frames hands ``batch_frames`` frames at once to a generator that asks for it."""
     from conftest import face_frames
-    from streamdeid.pipeline import RunSummary, process_frames
+    from streamdeid.pipeline import process_frames
+    from streamdeid.summary import RunSummary
 
     anon = _CountingBlur()
     anon.batch_frames = 4
@@ -285,7 +287,8 @@ def test_scan_gate_skips_due_scans_but_never_the_scan_of_a_cut() -> None:
 
 def _run_pipeline(media, render_thread: bool, emit) -> None:
     from conftest import face_frames
-    from streamdeid.pipeline import Pipeline, RunSummary
+    from streamdeid.pipeline import Pipeline
+    from streamdeid.summary import RunSummary
 
     cfg = PipelineConfig()
     cfg.anonymize.method = "blur"

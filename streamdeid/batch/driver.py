@@ -71,7 +71,7 @@ def run_batch(sources: list[str], out_dir: str | Path, opts: dict[str, Any], *, 
         tasks = shard(tasks, shard_index, shard_count)
     build_config(opts)  # a bad option or a missing model fails here, before any worker starts
     if opts.get("key_file"):
-        from ..recovery import run_keys
+        from ..keys import run_keys
 
         run_keys(opts["key_file"], new_key=bool(opts.get("new_key")))  # checked (or created) once, here
     json_path, csv_path = report_paths(out, report, shard_index, shard_count)

@@ -64,7 +64,7 @@ class BatchWorker:
 
     def _process(self, task: Task, attempt: int) -> BatchOutcome:
         from ..api import anonymize, file_outcome
-        from ..recovery import vault_path_for
+        from ..vault_glue import vault_path_for
 
         opts = {**self.opts, **task.options}
         config = build_config(opts)

@@ -19,7 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from streamdeid.config import PipelineConfig
-from streamdeid.pipeline import FrameObserver, Pipeline, RunSummary, ThreadedSink, build_renderer
+from streamdeid.pipeline import Pipeline, build_renderer
+from streamdeid.stages import FrameObserver
+from streamdeid.summary import RunSummary
+from streamdeid.threads import ThreadedSink
 from streamdeid.render import FrameRenderer
 from streamdeid.types import Frame, FrameResult, StreamdeidError
 from streamdeid.video.reader import AudioPacket

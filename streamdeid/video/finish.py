@@ -18,7 +18,6 @@ from pathlib import Path
 
 import av
 
-_AV_ERRORS = (av.FFmpegError, OSError, ValueError)
 
 
 def faststart_copy(src: Path, dst: Path, fmt: str, metadata: dict[str, str] | None = None) -> None:

@@ -26,6 +26,10 @@ STDIN = "-"
 READ_ERRORS = (av.FFmpegError, OSError, EOFError, ValueError)
 
 
+# What reading or writing through PyAV raises on bad media, a full disk or a closed pipe.
+AV_ERRORS = (av.FFmpegError, OSError, ValueError)
+
+
 def error_reason(exc: BaseException) -> str:
     """First line of an exception message, without PyAV's ``[Errno N]`` prefix and the file name it
     appends (the caller names the file once; for one-line errors)."""

@@ -17,8 +17,9 @@ from streamdeid.config import OutputConfig
 from streamdeid.types import OutputClosed, StreamdeidError
 from streamdeid.video.encoding import choose_video_encoding
 from streamdeid.redact import redact
+from streamdeid.video.inputs import AV_ERRORS
 from streamdeid.video.reader import error_reason
-from streamdeid.video.writer import _AV_ERRORS, VideoTemplate, VideoWriter
+from streamdeid.video.writer import VideoTemplate, VideoWriter
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +89,7 @@ class StreamWriter(VideoWriter):
             if target == STDOUT:
                 return av.open(sys.stdout.buffer, mode="w", format=fmt, options=opts)
             return av.open(target, mode="w", format=fmt, options=opts, timeout=self._timeout)
-        except _AV_ERRORS as exc:
+        except AV_ERRORS as exc:
             raise StreamdeidError(f"cannot open output {redact(target)}: {error_reason(exc)}") from None
 
     def _write_error(self, exc: BaseException) -> StreamdeidError:
@@ -132,7 +133,7 @@ class StreamWriter(VideoWriter):
         self._closed = True
         try:
             self._container.close()
-        except _AV_ERRORS:
+        except AV_ERRORS:
             pass
 
 

@@ -46,11 +46,11 @@ from streamdeid.video.encoding import (
 )
 from streamdeid.video.finish import faststart_copy
 from streamdeid.video.partial import check_overwrite, claim_partial, partial_path_for, publish, write_image
+from streamdeid.video.inputs import AV_ERRORS
 from streamdeid.video.reader import AudioPacket, ColorInfo, error_reason
 
 log = logging.getLogger(__name__)
 
-_AV_ERRORS = (av.FFmpegError, OSError, ValueError)
 GIF_TIME_BASE = Fraction(1, 100)  # the GIF format stores delays in 1/100 s
 # Correct rounding in BGR->YUV: swscale's default truncates (colours drift
 # darker at each encode); this costs little next to the encoder itself.
@@ -113,7 +113,7 @@ class VideoWriter:
         self._claim = claim_partial(self.partial_path, self.path)
         try:
             return av.open(str(self.partial_path), mode="w", format=fmt, options=muxer_options(self._ext))
-        except _AV_ERRORS as exc:
+        except AV_ERRORS as exc:
             self._release()
             raise StreamdeidError(f"cannot create {self.partial_path}: {error_reason(exc)}") from None
 
@@ -171,7 +171,7 @@ class VideoWriter:
             return
         try:
             decoded = self._template.audio_stream.decode(packet)
-        except _AV_ERRORS as exc:
+        except AV_ERRORS as exc:
             log.warning("skipped an undecodable audio packet: %s", error_reason(exc))
             return
         for af in decoded:
@@ -212,7 +212,7 @@ class VideoWriter:
         finished = self.path.with_name(f"{self.path.stem}.finishing{self.path.suffix}")
         try:
             faststart_copy(self.partial_path, finished, output_format(self._ext), self._metadata)
-        except _AV_ERRORS as exc:  # the fragmented file is still a good video: publish it
+        except AV_ERRORS as exc:  # the fragmented file is still a good video: publish it
             finished.unlink(missing_ok=True)
             log.warning("%s stays fragmented (browsers may show a wrong duration): %s", self.path, error_reason(exc))
             return self.partial_path
@@ -325,7 +325,7 @@ class VideoWriter:
     def _mux(self, packets: av.Packet | list[av.Packet]) -> None:
         try:
             self._container.mux(packets)
-        except _AV_ERRORS as exc:
+        except AV_ERRORS as exc:
             raise self._write_error(exc) from None
 
     def _write_error(self, exc: BaseException) -> StreamdeidError:
@@ -346,7 +346,7 @@ class VideoWriter:
             try:
                 for af in self._template.audio_stream.decode(None):
                     self._mux(self._audio_out.encode(af))
-            except _AV_ERRORS as exc:
+            except AV_ERRORS as exc:
                 log.warning("audio decoder flush failed: %s", error_reason(exc))
             self._mux(self._audio_out.encode(None))
         self._mux(self._video.encode(None))
@@ -358,14 +358,14 @@ class VideoWriter:
         finally:
             try:
                 self._container.close()
-            except _AV_ERRORS as exc:
+            except AV_ERRORS as exc:
                 raise StreamdeidError(f"finishing {self._output_name()} failed: {error_reason(exc)}") from None
 
     def _discard(self) -> None:
         self._closed = True
         try:
             self._container.close()
-        except _AV_ERRORS:
+        except AV_ERRORS:
             pass  # the file is deleted anyway
         try:
             self.partial_path.unlink(missing_ok=True)
@@ -374,20 +374,7 @@ class VideoWriter:
         self._release()
 
 
-# The live targets (URLs, stdout) are in stream_writer.py, which builds on VideoWriter above; imported
-# last so that ``from streamdeid.video.writer import StreamWriter, open_writer`` keeps working.
-from streamdeid.video.stream_writer import (  # noqa: E402
-    LIVE_X264,
-    STDOUT,
-    STREAM_OUTPUTS,
-    X264_LIVE_CODECS,
-    StreamWriter,
-    is_stream_output,
-    open_writer,
-)
-
 __all__ = [
-    "BGR_TO_YUV", "GIF_TIME_BASE", "LIVE_X264", "STDOUT", "STREAM_OUTPUTS", "X264_LIVE_CODECS", "StreamWriter",
-    "VideoTemplate", "VideoWriter", "check_overwrite", "claim_partial", "is_stream_output", "open_writer",
+    "BGR_TO_YUV", "GIF_TIME_BASE", "VideoTemplate", "VideoWriter", "check_overwrite", "claim_partial",
     "partial_path_for", "publish", "write_image",
 ]
