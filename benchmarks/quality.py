@@ -12,7 +12,7 @@ the photos in ../shared/media); videos: ``--videos`` (default: the clips in
 the docstrings of ``evaluation.faces`` and ``evaluation.video``.
 
 A reversible method (``dbaf``) plugs in by name once it is registered with
-``streamdeid.anonymize.register_anonymizer`` and its inverse with
+``streamdeid.anonymizers.register_anonymizer`` and its inverse with
 ``evaluation.register_recoverer``; keys come from FaceContext.key.
 ``dbaf`` uses the shipped weights (or ``--model``) with the pipeline's leak
 guard, as users get it; ``dbaf-raw`` is the generator alone (leak guard off),
@@ -35,7 +35,7 @@ import numpy as np
 from tqdm import tqdm
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # the repo root, last (a --code tree stays first): evaluation/
-from streamdeid.anonymize import AnonymizerBase, create_anonymizer
+from streamdeid.anonymizers import AnonymizerBase, create_anonymizer
 from streamdeid.config import AnonymizeConfig, PipelineConfig
 from evaluation import PIXEL_RANGE, EvalKeys, create_recognizers, create_recoverer, heldout_files
 from evaluation.faces import FaceEvaluator, image_files, load_face_set

@@ -110,7 +110,7 @@ def keyless(anonymizer, crops: np.ndarray, keys: EvalKeys) -> bool:
 
 def _dbaf_recoverer(cfg: AnonymizeConfig) -> RecoverFn:
     """DBAF model mode: X_rec = G(X_ano, P), the same generator with the track's P."""
-    from streamdeid.anonymize.dbaf import DBAFAnonymizer
+    from streamdeid.anonymizers.dbaf import DBAFAnonymizer
 
     return DBAFAnonymizer(cfg.model_path, cfg.backend, threads=cfg.threads).recover
 

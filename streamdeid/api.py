@@ -12,12 +12,13 @@ from pathlib import Path
 import cv2
 from tqdm import tqdm
 
-from .anonymize import reversible_method
+from .anonymizers import reversible_method
 from .audit import TrackExporter
 from .config import PipelineConfig
 from .files import refuse_same_file
 from .folder import FAILED, OK, SKIPPED, FileOutcome, output_is_complete
 from .keys import RunKeys, run_keys
+from .live.config import LiveConfig
 from .pipeline import Pipeline, build_renderer
 from .summary import RunSummary
 from .threads import ThreadedSink, threaded_source
@@ -27,7 +28,7 @@ from .types import Frame, FrameResult, StreamdeidError
 from .vault_glue import VaultRecorder, open_vault_writer, pipeline_meta, vault_path_for, vault_quality, video_id_tag
 from .video.images import is_image, list_media
 from .redact import redact
-from .video.reader import open_source
+from .video.reader import is_live_input, open_source
 from .video.stream_writer import StreamWriter, is_stream_output
 from .video.writer import VideoWriter, write_image
 
@@ -39,9 +40,10 @@ log = logging.getLogger(__name__)
 @dataclass
 class RunResult:
     output: Path
-    summary: RunSummary
+    summary: RunSummary  # a live feed's is a LiveSummary (segments, drops, reconnects, latency)
     vault: Path | None = None  # None: irreversible output (no key file, --no-vault, or a still image)
     files: list[FileOutcome] = field(default_factory=list)  # a folder run: one per file, in order
+    segment_vaults: list[Path] = field(default_factory=list)  # a live recording: one vault per segment
 
 
 def default_output(src: str) -> Path:
@@ -54,8 +56,13 @@ def default_output(src: str) -> Path:
 
 def anonymize(src: str, dst: str | Path | None = None, config: PipelineConfig | None = None, *,
               key_file: str | None = None, new_key: bool = False, vault: bool = True,
-              store_crops: bool = True, skip_existing: bool = False) -> RunResult:
-    """Anonymize a video file, image, folder of them, or ``"-"`` (stdin).
+              store_crops: bool = True, skip_existing: bool = False, live: LiveConfig | None = None) -> RunResult:
+    """Anonymize a video file, image, folder of them, ``"-"`` (stdin), or a live feed.
+
+    A live feed (``rtsp://...`` and other URLs, ``/dev/videoN``; any input when ``live`` is given, e.g.
+    a live pipe on stdin) is recorded into ``dst`` (a file, rotated into segments by
+    ``live.segment_time``; ``-``; or a push URL) until it ends, ``live.stop_after`` seconds or SIGINT, with
+    a vault beside each segment when a key file is given; ``LiveSourceLost`` when it stays unreachable.
 
     With ``key_file`` (a master key; ``new_key`` creates it when missing) every
     track gets its own key and a recovery vault ``<output>.sdv`` is written
@@ -68,6 +75,11 @@ def anonymize(src: str, dst: str | Path | None = None, config: PipelineConfig | 
     one it left incomplete.
     """
     config = config or PipelineConfig()
+    if live is not None or (src != "-" and is_live_input(src)):
+        if skip_existing:
+            raise StreamdeidError("--skip-existing resumes a folder run, not a live feed")
+        return _anonymize_live(src, dst, config, run_keys(key_file, new_key=new_key), live or LiveConfig(),
+                               vault=vault)
     if skip_existing and (src == "-" or not Path(src).is_dir()):
         raise StreamdeidError("--skip-existing resumes a folder run; INPUT is not a folder")
     keys = run_keys(key_file, new_key=new_key)
@@ -86,6 +98,30 @@ def anonymize(src: str, dst: str | Path | None = None, config: PipelineConfig | 
     if src != "-" and is_image(src):
         return _anonymize_image(Path(src), out, config, keys)
     return _anonymize_video(src, out, config, keys, vault=vault and not keys.ephemeral, store_crops=store_crops)
+
+
+def _anonymize_live(src: str, dst: str | Path | None, config: PipelineConfig, keys: RunKeys, live: LiveConfig, *,
+                    vault: bool) -> RunResult:
+    """Record a live feed (see anonymize). Without a key file the keys are ephemeral (never stored): DBAF
+    still gets one key per track, and there is no vault."""
+    from .live import run_live
+    from .vault_glue import segment_vault_factory
+
+    if dst is None:
+        raise StreamdeidError("a live input needs an output: -o FILE, -o rtsp://..., or -o - for stdout")
+    out = str(dst)
+    renderer = renderer_for(config, keys)  # loads the model before connecting
+    factory = None
+    if vault and not keys.ephemeral and not is_stream_output(out):
+        factory = segment_vault_factory(keys, config, renderer.anonymizer)
+    observers, closers = track_observers(config)  # --export-tracks
+    try:
+        summary = run_live(src, out, config, live, renderer=renderer, vault_factory=factory, observers=observers)
+    finally:
+        for close in closers:
+            close()
+    vaults = [vault_path_for(p) for p in summary.segments] if factory is not None else []
+    return RunResult(out if is_stream_output(out) else Path(out), summary, segment_vaults=vaults)
 
 
 def renderer_for(config: PipelineConfig, keys: RunKeys) -> FrameRenderer:

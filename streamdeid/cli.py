@@ -216,34 +216,21 @@ def _echo_folder(files) -> None:
 
 def _run_live(source: str, output: str | None, config: PipelineConfig, live, *, key_file: str | None,
               new_key: bool, vault: bool) -> None:
-    from .api import renderer_for, track_observers
-    from .keys import run_keys
-    from .live import LiveSourceLost, run_live
-    from .vault_glue import segment_vault_factory
-    from .video.stream_writer import is_stream_output
+    from .api import anonymize
+    from .live import LiveSourceLost
 
-    if output is None:
-        raise StreamdeidError("a live input needs an output: -o FILE, -o rtsp://..., or -o - for stdout")
-    # Without a key file the keys are ephemeral (never stored): DBAF still gets
-    # one key per track, and there is no vault.
-    keys = run_keys(key_file, new_key=new_key)
-    renderer = renderer_for(config, keys)  # loads the model before connecting
-    factory = None
-    if vault and not keys.ephemeral and not is_stream_output(output):
-        factory = segment_vault_factory(keys, config, renderer.anonymizer)
-    else:
-        click.echo("streamdeid: no recovery vault: this output is irreversible", err=True)
-    observers, closers = track_observers(config)  # --export-tracks
     try:
-        summary = run_live(source, output, config, live, renderer=renderer, vault_factory=factory,
-                           observers=observers)
+        result = anonymize(source, output, config, key_file=key_file, new_key=new_key, vault=vault, live=live)
     except LiveSourceLost as exc:
         click.echo(f"streamdeid: error: {redact(str(exc))}", err=True)
         sys.exit(3)
-    finally:
-        for close in closers:
-            close()
-    click.echo(f"streamdeid: {summary.line()} ({config.anonymize.method}) -> {redact(output)}", err=True)
+    summary = result.summary
+    click.echo(f"streamdeid: {summary.line()} ({config.anonymize.method}) -> {redact(str(result.output))}", err=True)
+    if result.segment_vaults:
+        click.echo(f"streamdeid: a recovery vault beside each recording (SEGMENT.sdv; recover with `streamdeid "
+                   f"recover SEGMENT --key-file {key_file} -o OUT`)", err=True)
+    else:
+        click.echo("streamdeid: no recovery vault: this output is irreversible", err=True)
     sys.exit(summary.exit_code)
 
 

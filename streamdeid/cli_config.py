@@ -87,7 +87,7 @@ def check_anonymizer_options(options: dict[str, Any]) -> None:
     defaults = AnonymizeConfig()
     method, model_path = options.get("method") or defaults.method, options.get("model_path")
     if method == "dbaf":
-        from .anonymize.dbaf import resolve_model_path
+        from .anonymizers.dbaf import resolve_model_path
 
         # fail before touching any output
         resolve_model_path(model_path, options.get("backend") or defaults.backend)

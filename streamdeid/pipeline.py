@@ -35,7 +35,7 @@ Emit = Callable[[FrameResult, list[PastedFace]], None]
 def build_renderer(config: PipelineConfig, key_for_track: Callable[[int], bytes | None] | None = None) -> FrameRenderer:
     """The anonymizer ``config`` names, in a renderer (loads the model: call it before any output exists).
     ``key_for_track``: each track's key (a run's ``RunKeys.for_track``); None: no keys (classic methods)."""
-    from .anonymize import create_anonymizer
+    from .anonymizers import create_anonymizer
 
     return FrameRenderer(create_anonymizer(config.anonymize), align=config.align, blend=config.blend,
                          anonymize=config.anonymize, key_for_track=key_for_track)

@@ -2,7 +2,7 @@
 
 The CLI reads them for its choices at start-up, so this module imports nothing heavy: each name maps
 to the ``module:attribute`` of its factory, imported only when a run asks for it
-(``streamdeid.anonymize.create_anonymizer``, ``streamdeid.backends.create_backend``).
+(``streamdeid.anonymizers.create_anonymizer``, ``streamdeid.backends.create_backend``).
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import importlib
 
 #: anonymizer method -> its factory, AnonymizeConfig -> Anonymizer (the CLI's --anonymizer choices)
 METHODS = {
-    "blur": "streamdeid.anonymize.classic:BlurAnonymizer",
-    "mosaic": "streamdeid.anonymize.classic:MosaicAnonymizer",
-    "solid": "streamdeid.anonymize.classic:SolidAnonymizer",
-    "dbaf": "streamdeid.anonymize.dbaf:create_dbaf",
+    "blur": "streamdeid.anonymizers.classic:BlurAnonymizer",
+    "mosaic": "streamdeid.anonymizers.classic:MosaicAnonymizer",
+    "solid": "streamdeid.anonymizers.classic:SolidAnonymizer",
+    "dbaf": "streamdeid.anonymizers.dbaf:create_dbaf",
 }
 
 #: DBAF generator backend -> its class (the CLI's --backend choices). The model file each expects:

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .align.aligner import box_matrices, box_scaled_fits, crop_matrix, invert_similarities, template_fits, warp_aligned
-from .anonymize.base import Anonymizer
-from .anonymize.classic import SolidAnonymizer
+from .anonymizers.base import Anonymizer
+from .anonymizers.classic import SolidAnonymizer
 from .blend import WarpedFace, blend_into, face_mask, mask_support, warp_to_frame
 from .blend.paste import paste_rois
 from .config import AlignConfig, AnonymizeConfig, BlendConfig
@@ -62,7 +62,7 @@ FALLBACK = "solid-fallback"  # PastedFace.method of a face covered by solid fill
 class FrameRenderer:
     """Aligns, anonymizes (one batch per frame) and pastes back every face.
 
-    What it reads of the anonymizer is declared by ``streamdeid.anonymize.Anonymizer``: the leak guard
+    What it reads of the anonymizer is declared by ``streamdeid.anonymizers.Anonymizer``: the leak guard
     (``needs_leak_guard``), colour matching, a persistent fallback and small crops (``scale_free``).
     """
 

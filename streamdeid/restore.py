@@ -13,7 +13,7 @@ import cv2
 import numpy as np
 from tqdm import tqdm
 
-from .anonymize import dbaf_recover_crops
+from .anonymizers import dbaf_recover_crops
 from .config import PipelineConfig
 from .files import refuse_same_file
 from .recovery import load_recovery_key, prefetch, records_by_frame, restore_frame
@@ -71,7 +71,7 @@ def recover(anonymized: str, dst: str | Path, *, key_file: str, vault: str | Pat
     key = load_recovery_key(key_file)
     generator = None
     if mode == "model":
-        from .anonymize.dbaf import DBAFAnonymizer
+        from .anonymizers.dbaf import DBAFAnonymizer
 
         generator = DBAFAnonymizer(model, backend, threads=config.anonymize.threads)
     with VaultReader(vault_path) as reader, open_source(str(src)) as source:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from pathlib import Path
 
-from .anonymize import Anonymizer, reversible_method
+from .anonymizers import Anonymizer, reversible_method
 from .config import OutputConfig, PipelineConfig
 from .files import sha256_file
 from .keys import RunKeys

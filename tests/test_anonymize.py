@@ -5,7 +5,7 @@ import cv2
 import numpy as np
 import pytest
 
-from streamdeid.anonymize import (
+from streamdeid.anonymizers import (
     REGISTRY,
     Anonymizer,
     AnonymizerBase,
@@ -145,3 +145,15 @@ def test_blur_defeats_sface_on_real_faces(sface):
             assert cosine(ref, sface.embed(align_for_sface(image, lm)[None])[0]) > 0.99
             checked += 1
     assert checked >= 4
+
+
+def test_streamdeid_anonymize_is_the_function_whatever_was_imported_before() -> None:
+    """The anonymizers' package was ``streamdeid.anonymize``, so once anything had imported it (every
+    pipeline does) ``streamdeid.anonymize(...)``, the documented API, was that package: not callable."""
+    import subprocess
+    import sys
+
+    code = ("import streamdeid.pipeline, streamdeid\n"
+            "assert callable(streamdeid.anonymize) and callable(streamdeid.anonymize), streamdeid.anonymize")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-400:]

@@ -149,7 +149,7 @@ def test_colour_match_moves_crop_towards_surroundings():
 
 def _render_one(method: str, h: float, scale_free: bool | None = None):
     """Render one upright face of box height ``h`` on a textured frame; return (crop side, changed mask)."""
-    from streamdeid.anonymize import create_anonymizer
+    from streamdeid.anonymizers import create_anonymizer
     from streamdeid.config import PipelineConfig
     from streamdeid.render import FrameRenderer
     from streamdeid.types import Frame, FrameResult, TrackedFace
@@ -208,7 +208,7 @@ def test_feather_is_chosen_by_anonymizer_and_never_thins_the_face():
     """A cover (blur, mosaic, solid) gets COVER_FEATHER, a generated face GENERATED_FEATHER, a set value
     wins; the fully covered zone is the same whichever, and an unresolved config is refused."""
     from streamdeid.config import COVER_FEATHER, GENERATED_FEATHER
-    from streamdeid.anonymize import create_anonymizer
+    from streamdeid.anonymizers import create_anonymizer
     from streamdeid.config import AnonymizeConfig
     from streamdeid.render import FrameRenderer
 

@@ -18,7 +18,7 @@ import cv2
 import numpy as np
 import pytest
 
-from streamdeid.anonymize import (
+from streamdeid.anonymizers import (
     REGISTRY,
     AnonymizerBase,
     DBAFAnonymizer,
@@ -260,7 +260,7 @@ def test_leak_guard_catches_identity_and_spares_solid(obama_faces) -> None:
     assert solid.leak_fallbacks == 0 and [p.method for p in pasted] == ["solid-guarded-test"] * len(faces)
 
     # Blur/mosaic/solid never pay for the guard.
-    from streamdeid.anonymize import BlurAnonymizer
+    from streamdeid.anonymizers import BlurAnonymizer
 
     assert FrameRenderer(BlurAnonymizer(), align=cfg.align, blend=cfg.blend, anonymize=cfg.anonymize).guard is None
 
@@ -347,7 +347,7 @@ def test_missing_model_is_a_one_line_error(short_clip, tmp_path, monkeypatch) ->
     proc = cli("run", short_clip, "-o", tmp_path / "o.mkv", "--anonymizer", "blur", "--no-crops", "--no-progress")
     one_line_error(proc, "--no-crops")
     # an installation that lost its shipped weights says so, and names the ways out
-    from streamdeid.anonymize import dbaf as dbaf_mod
+    from streamdeid.anonymizers import dbaf as dbaf_mod
 
     monkeypatch.setattr(dbaf_mod, "WEIGHTS_DIR", tmp_path / "empty")
     with pytest.raises(StreamdeidError, match="shipped DBAF weights are missing.*--model PATH.*blur"):
@@ -356,7 +356,7 @@ def test_missing_model_is_a_one_line_error(short_clip, tmp_path, monkeypatch) ->
 
 def test_shipped_weights_run_without_model(short_clip, tmp_path) -> None:
     """--anonymizer dbaf without --model: the shipped generator runs, checked against its manifest."""
-    from streamdeid.anonymize.dbaf import WEIGHTS_DIR, resolve_model_path, sha256_file
+    from streamdeid.anonymizers.dbaf import WEIGHTS_DIR, resolve_model_path, sha256_file
 
     manifest = json.loads((WEIGHTS_DIR / "manifest.json").read_text())
     path = resolve_model_path(None, "onnxrt")

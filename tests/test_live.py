@@ -352,6 +352,29 @@ def test_rtsp_segments_playable_monotonic_faces_covered(rtsp_server: RtspServer,
 
 @needs_server
 @needs_media
+def test_python_api_records_an_rtsp_feed(rtsp_server: RtspServer, tmp_path: Path) -> None:
+    """``streamdeid.anonymize`` takes a camera URL as the CLI does (it used to refuse it), with a vault
+    beside each segment when a key file is given."""
+    import streamdeid
+    from streamdeid.vault.reader import VaultReader
+
+    pub = Publisher(rtsp_server.publish_url(), CLIP, seconds=15)
+    try:
+        _wait_for_stream(rtsp_server.url())
+        result = streamdeid.anonymize(rtsp_server.url(), tmp_path / "rec.mp4", _config(),
+                                      key_file=str(tmp_path / "k.key"), new_key=True,
+                                      live=_live(segment_time=2.0, stop_after=4.0))
+    finally:
+        pub.end()
+    summary = result.summary
+    assert summary.stop_reason == "stop_after" and summary.frames >= 30, summary.line()
+    assert len(summary.segments) >= 2 and all(p.exists() for p in summary.segments)
+    assert result.segment_vaults == [Path(str(p) + ".sdv") for p in summary.segments]
+    assert all(VaultReader(v).inspect()["header"]["fps"] > 0 for v in result.segment_vaults)
+
+
+@needs_server
+@needs_media
 def test_rtsp_transport_auto_falls_back_forced_tcp_does_not(rtsp_server: RtspServer) -> None:
     pub = Publisher(rtsp_server.publish_url(), CLIP, seconds=15)
     try:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from streamdeid.anonymize import AnonymizerBase
-from streamdeid.anonymize.classic import BlurAnonymizer, SolidAnonymizer
+from streamdeid.anonymizers import AnonymizerBase
+from streamdeid.anonymizers.classic import BlurAnonymizer, SolidAnonymizer
 from streamdeid.config import PipelineConfig
 from streamdeid.lookahead import LookaheadBuffer
 from streamdeid.stages import FaceStage

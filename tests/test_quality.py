@@ -9,7 +9,7 @@ import cv2
 import numpy as np
 import pytest
 
-from streamdeid.anonymize import AnonymizerBase, create_anonymizer
+from streamdeid.anonymizers import AnonymizerBase, create_anonymizer
 from streamdeid.config import AnonymizeConfig, DetectConfig
 from streamdeid.detect import create_detector
 from evaluation import (

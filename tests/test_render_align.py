@@ -15,7 +15,7 @@ import pytest
 
 from streamdeid.align.aligner import (ARCFACE_112, IMPLIED_HEIGHT_RANGE, box_scaled_fits, invert_similarities,
                                      similarity_transform, template_fits)
-from streamdeid.anonymize import create_anonymizer
+from streamdeid.anonymizers import create_anonymizer
 from streamdeid.blend.paste import paste_rois
 from streamdeid.config import AlignConfig, AnonymizeConfig, BlendConfig, DetectConfig
 from streamdeid.detect.finder import FaceFinder

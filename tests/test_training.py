@@ -187,7 +187,7 @@ def test_stage_chain_and_export_roundtrip(tiny_env, tmp_path, monkeypatch):
     assert np.abs(got - ref).max() <= 1e-3
 
     # the manifest's "models" section is what the runtime resolves (and sha256-checks) by backend
-    from streamdeid.anonymize import dbaf as dbaf_mod
+    from streamdeid.anonymizers import dbaf as dbaf_mod
 
     monkeypatch.setattr(dbaf_mod, "WEIGHTS_DIR", out)
     assert dbaf_mod.resolve_model_path(None, "onnxrt") == out / "dbaf64.onnx"

@@ -96,7 +96,7 @@ def export(run_root: str | Path, out_dir: str | Path | None = None, *, init: str
         "files": {p.name: {"sha256": sha256_file(p), "bytes": p.stat().st_size,
                            "kind": "onnx" if p.suffix == ".onnx" else "safetensors"} for p in (st_path, onnx_path)},
     }
-    # what streamdeid.anonymize.dbaf.resolve_model_path reads: one file per backend
+    # what streamdeid.anonymizers.dbaf.resolve_model_path reads: one file per backend
     manifest["models"] = {backend: {"file": p.name, "sha256": manifest["files"][p.name]["sha256"]}
                           for backend, p in (("onnxrt", onnx_path), ("torch", st_path))}
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True), encoding="utf-8")

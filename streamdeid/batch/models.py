@@ -17,15 +17,15 @@ _GPU = False
 
 def install(gpu: bool = False) -> None:
     global _GPU
-    from ..anonymize import register_anonymizer
+    from ..anonymizers import register_anonymizer
 
     _GPU = gpu
     register_anonymizer("dbaf", cached_dbaf)
 
 
 def cached_dbaf(cfg):
-    from ..anonymize import DBAFAnonymizer
-    from ..anonymize.dbaf import resolve_model_path
+    from ..anonymizers import DBAFAnonymizer
+    from ..anonymizers.dbaf import resolve_model_path
 
     path = resolve_model_path(cfg.model_path, cfg.backend)
     key = (str(path), cfg.backend, cfg.threads, _GPU)
@@ -52,7 +52,7 @@ def _gpu_generator(backend: str, path):
 def warm(config) -> None:
     """Load what a file will need (the generator, the detector's runtime) before the first file, so a
     missing model fails the worker at start and the first file is not slower than the others."""
-    from ..anonymize import create_anonymizer
+    from ..anonymizers import create_anonymizer
     from ..detect.finder import FaceFinder
 
     create_anonymizer(config.anonymize)
