@@ -305,7 +305,7 @@ def test_live_segments_each_get_a_vault_that_recovers(tmp_path: Path, media: Pat
                    "--stats-interval", "0", "--key-file", str(key), "--new-key", "--codec", "ffv1",
                    input=src.read_bytes())
     assert proc.returncode == 0, _err_line(proc)
-    assert "a recovery vault beside each recording" in proc.stderr
+    assert b"a recovery vault beside each recording" in proc.stderr
     segments = sorted(tmp_path.glob("rec_*.mkv"))
     assert len(segments) >= 2
     all_back = []
