@@ -136,7 +136,8 @@ class FaceStage:
             motion = None  # the new shot does not continue the old one
         faces = self.tracker.update(dets, cut=cut, motion=motion, provisional=provisional,
                                     blind_below=blind_below, locate=self._locator(frame.image),
-                                    verify=self._verifier(frame.image))
+                                    verify=self._verifier(frame.image),
+                                    frame_size=(frame.image.shape[1], frame.image.shape[0]))
         if self.templates is not None:
             self.templates.update(frame.image, faces)
         if self.tracker.num_tracks and self._countdown >= self.every:

@@ -397,3 +397,27 @@ def test_a_guessed_cover_grows_by_a_share_of_a_small_face_and_a_bounded_margin_o
     assert drawn_growth("held", False, False, 50.0) == UNCERTAIN_GROWTH  # 15 px: under the bound
     large = drawn_growth("backfilled", False, False, 290.0)  # hamilton's performer leaving at the edge
     assert large < UNCERTAIN_GROWTH and 290.0 * (large - 1.0) == pytest.approx(MAX_GUESS_GROWTH_PX)
+
+
+def test_a_held_face_leaving_through_the_edge_ends_its_hold_a_face_at_the_edge_does_not():
+    """A face moving out at the right edge and then missed is held while enough of its predicted box is
+    in the frame; once under DEPARTED_INSIDE of it is, its hold ends. A face standing at the edge is held."""
+    from streamdeid.track.tracker import DEPARTED_INSIDE
+
+    size = (640, 360)
+    leaving, standing = FaceTracker(fps=25, config=TrackConfig()), FaceTracker(fps=25, config=TrackConfig())
+    for t in range(10):  # seen moving right 8 px a frame, ending with 85% of its 80 px box inside
+        leaving.update(dets([face(540 + 8 * t, 180, h=100)]), frame_size=size)
+        standing.update(dets([face(620, 180, h=100)]), frame_size=size)  # 75% inside
+    shares = []
+    for _ in range(10):  # missed by every run from here
+        held = [f for f in leaving.update(dets([]), frame_size=size) if f.state == "held"]
+        if not held:
+            break
+        x1, _, x2, _ = held[0].box
+        shares.append((min(x2, 640) - x1) / (x2 - x1))
+    else:
+        raise AssertionError(f"still held after 10 missed runs: {shares}")
+    assert shares and all(s >= DEPARTED_INSIDE * 0.9 for s in shares), shares  # widened boxes: about
+    still = [f for f in standing.update(dets([]), frame_size=size) if f.state == "held"]
+    assert len(still) == 1

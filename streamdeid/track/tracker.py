@@ -87,6 +87,10 @@ DOUBTS_TO_END = 2
 COPY_IOU = 0.4
 COPY_SIZE_RATIO = 1.5
 
+# A held track (missed by a run that could see it) with less than this share of its predicted box inside the
+# frame has left through the edge (FaceTracker._without_departed).
+DEPARTED_INSIDE = 0.4
+
 # Largest centre speed of a held track, in box heights per frame.
 MAX_HELD_SPEED = 0.25
 
@@ -177,7 +181,8 @@ class FaceTracker:
 
     def update(self, dets: Detections | None, *, cut: bool = False, motion: np.ndarray | None = None,
                provisional: "np.ndarray | Provisional | None" = None, blind_below: float = 0.0,
-               locate: Locate | None = None, verify: Verify | None = None) -> list[TrackedFace]:
+               locate: Locate | None = None, verify: Verify | None = None,
+               frame_size: tuple[int, int] | None = None) -> list[TrackedFace]:
         """Advance one frame. ``motion``: the camera motion from the previous frame ([2, 3], see
         track/camera_motion.py), applied to every track before association. ``provisional``: [N]
         bool, detections that start a track reported only from its second detector run (back-filled
@@ -208,7 +213,7 @@ class FaceTracker:
                              provisional is not None and bool(provisional[di])) for di in unmatched]
         det_of = {id(self._tracks[ti]): di for ti, di in matched.items()}
         det_of.update({id(t): di for t, di in zip(new_tracks, unmatched)})
-        return self._report(self._tracks + new_tracks, det_of, dets, cut, blind_below, locate, verify)
+        return self._report(self._tracks + new_tracks, det_of, dets, cut, blind_below, locate, verify, frame_size)
 
     def _correct(self, matched: dict[int, int], dets: Detections) -> None:
         """Every matched track ({track index: detection index}) corrected by its detection, in one
@@ -263,7 +268,7 @@ class FaceTracker:
 
     def _report(self, tracks: list[_Track], det_of: dict[int, int], dets: Detections,
                 cut: bool, blind_below: float = 0.0, locate: Locate | None = None,
-                verify: Verify | None = None) -> list[TrackedFace]:
+                verify: Verify | None = None, frame_size: tuple[int, int] | None = None) -> list[TrackedFace]:
         """The faces to cover on a detector frame, and the tracks kept for the next one. ``det_of``:
         {id(track): detection index} of the tracks a detection continued or started; the others are
         held while within ``hold_frames`` of the run that first missed them (dropped at once at a cut).
@@ -290,6 +295,8 @@ class FaceTracker:
             kept.append(t)
         self._tracks = kept
         held = self._without_copies(held, dets)
+        if frame_size is not None:
+            held = self._without_departed(held, frame_size)
         for (i, t), face in zip(held, self._held([t for _, t in held], locate)):
             # a face a run that could see it missed, whose pixels are not where it is guessed: look closer
             out[i] = self._verified(t, face, verify) if t.unseen and verify is not None else face
@@ -314,6 +321,24 @@ class FaceTracker:
         for (_, t), copy in zip(held, same.any(1)):
             t.gone = t.gone or bool(copy)
         return [h for h, copy in zip(held, same.any(1)) if not copy]
+
+    @staticmethod
+    def _without_departed(held: list[tuple[int, _Track]], frame_size: tuple[int, int]) -> list[tuple[int, _Track]]:
+        """``held`` less the tracks a run that could see them missed whose predicted box lies mostly outside
+        the frame (under DEPARTED_INSIDE of its area inside): the face left through the edge, so its hold
+        ends (``gone``). On hamilton the performer, leaving at the right edge, was held 15 frames at a box
+        drifting up and out, a 290 px disc over the audience at the edge."""
+        if not held:
+            return held
+        w, h = frame_size
+        boxes = xyah_to_xyxy(np.stack([t.mean for _, t in held]))  # [N, 4]
+        inside_w = np.clip(np.minimum(boxes[:, 2], w) - np.maximum(boxes[:, 0], 0), 0, None)
+        inside_h = np.clip(np.minimum(boxes[:, 3], h) - np.maximum(boxes[:, 1], 0), 0, None)
+        area = np.maximum((boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1]), 1e-6)
+        left = (inside_w * inside_h / area < DEPARTED_INSIDE) & np.array([t.unseen > 0 for _, t in held])
+        for (_, t), gone in zip(held, left):
+            t.gone = t.gone or bool(gone)
+        return [x for x, gone in zip(held, left) if not gone]
 
     def _verified(self, t: _Track, held: TrackedFace, verify: Verify) -> TrackedFace | None:
         """``held``, the face _held made for a track this run missed, after a closer look at its predicted
