@@ -109,10 +109,10 @@ def _anonymize_live(src: str, dst: str | Path | None, config: PipelineConfig, ke
 
     if dst is None:
         raise StreamdeidError("a live input needs an output: -o FILE, -o rtsp://..., or -o - for stdout")
-    out = str(dst)
+    out, stream = str(dst), is_stream_output(str(dst))
     renderer = renderer_for(config, keys)  # loads the model before connecting
     factory = None
-    if vault and not keys.ephemeral and not is_stream_output(out):
+    if vault and not keys.ephemeral and not stream:
         factory = segment_vault_factory(keys, config, renderer.anonymizer)
     observers, closers = track_observers(config)  # --export-tracks
     try:
@@ -121,7 +121,7 @@ def _anonymize_live(src: str, dst: str | Path | None, config: PipelineConfig, ke
         for close in closers:
             close()
     vaults = [vault_path_for(p) for p in summary.segments] if factory is not None else []
-    return RunResult(out if is_stream_output(out) else Path(out), summary, segment_vaults=vaults)
+    return RunResult(out if stream else Path(out), summary, segment_vaults=vaults)
 
 
 def renderer_for(config: PipelineConfig, keys: RunKeys) -> FrameRenderer:

@@ -82,13 +82,13 @@ PROVISIONAL_HITS = 2
 DOUBTS_TO_END = 2
 
 # A held track whose predicted box overlaps a detection of this run (that went to another track) at this IoU,
-# at a size within this ratio, is a copy of that face (FaceTracker._without_copies). Two faces that overlap
+# at a size within this ratio, is a copy of that face (FaceTracker._without_ended). Two faces that overlap
 # so much are one face and the one it hides.
 COPY_IOU = 0.4
 COPY_SIZE_RATIO = 1.5
 
 # A held track (missed by a run that could see it) with less than this share of its predicted box inside the
-# frame has left through the edge (FaceTracker._without_departed).
+# frame has left through the edge (FaceTracker._without_ended).
 DEPARTED_INSIDE = 0.4
 
 # Largest centre speed of a held track, in box heights per frame.
@@ -294,51 +294,43 @@ class FaceTracker:
                 out.append(None)
             kept.append(t)
         self._tracks = kept
-        held = self._without_copies(held, dets)
-        if frame_size is not None:
-            held = self._without_departed(held, frame_size)
+        held = self._without_ended(held, dets, frame_size)
         for (i, t), face in zip(held, self._held([t for _, t in held], locate)):
             # a face a run that could see it missed, whose pixels are not where it is guessed: look closer
             out[i] = self._verified(t, face, verify) if t.unseen and verify is not None else face
         return [f for f in out if f is not None]
 
     @staticmethod
-    def _without_copies(held: list[tuple[int, _Track]], dets: Detections) -> list[tuple[int, _Track]]:
-        """``held`` (place in out, track) less the copies of a face this run found for another track: a
-        track missed by this run whose predicted box overlaps one of its detections at COPY_IOU or more,
-        at a size within COPY_SIZE_RATIO, is that face (the detection went to a track that had it before,
-        or to a remembered one), so its hold ends (``gone``: remembered, uncovered, continued by a later
-        detection as any lost track). On hamilton the performer's face went back to a remembered track
-        of his while the track that had followed him was held at its stale place for 16 frames, a
-        250 px disc beside him."""
-        if not held or not len(dets.boxes):
-            return held
-        boxes = xyah_to_xyxy(np.stack([t.mean for _, t in held]))  # [N, 4]
-        heights = boxes[:, 3] - boxes[:, 1]
-        det_heights = dets.boxes[:, 3] - dets.boxes[:, 1]
-        ratio = heights[:, None] / np.maximum(det_heights[None, :], 1e-3)  # [N, D]
-        same = (iou_matrix(boxes, dets.boxes) >= COPY_IOU) & (ratio <= COPY_SIZE_RATIO) & (ratio >= 1 / COPY_SIZE_RATIO)
-        for (_, t), copy in zip(held, same.any(1)):
-            t.gone = t.gone or bool(copy)
-        return [h for h, copy in zip(held, same.any(1)) if not copy]
+    def _without_ended(held: list[tuple[int, _Track]], dets: Detections,
+                       frame_size: tuple[int, int] | None) -> list[tuple[int, _Track]]:
+        """``held`` (place in out, track) less the tracks whose hold ends now (``gone``: remembered,
+        uncovered, continued by a later detection as any lost track):
 
-    @staticmethod
-    def _without_departed(held: list[tuple[int, _Track]], frame_size: tuple[int, int]) -> list[tuple[int, _Track]]:
-        """``held`` less the tracks a run that could see them missed whose predicted box lies mostly outside
-        the frame (under DEPARTED_INSIDE of its area inside): the face left through the edge, so its hold
-        ends (``gone``). On hamilton the performer, leaving at the right edge, was held 15 frames at a box
-        drifting up and out, a 290 px disc over the audience at the edge."""
+        * a copy of a face this run found for another track: its predicted box overlaps one of the run's
+          detections at COPY_IOU or more, at a size within COPY_SIZE_RATIO (the detection went to a track
+          that had it before, or to a remembered one). On hamilton the performer's face went back to a
+          remembered track of his while the track that had followed him was held at its stale place for
+          16 frames, a 250 px disc beside him;
+        * a face that left through the frame's edge: a run that could see it missed it and under
+          DEPARTED_INSIDE of its predicted box is inside the frame (``frame_size``, width and height). The
+          performer, leaving at the right edge, was held 15 frames at a box drifting up and out."""
         if not held:
             return held
-        w, h = frame_size
         boxes = xyah_to_xyxy(np.stack([t.mean for _, t in held]))  # [N, 4]
-        inside_w = np.clip(np.minimum(boxes[:, 2], w) - np.maximum(boxes[:, 0], 0), 0, None)
-        inside_h = np.clip(np.minimum(boxes[:, 3], h) - np.maximum(boxes[:, 1], 0), 0, None)
-        area = np.maximum((boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1]), 1e-6)
-        left = (inside_w * inside_h / area < DEPARTED_INSIDE) & np.array([t.unseen > 0 for _, t in held])
-        for (_, t), gone in zip(held, left):
-            t.gone = t.gone or bool(gone)
-        return [x for x, gone in zip(held, left) if not gone]
+        ended = np.zeros(len(held), bool)
+        if len(dets.boxes):
+            ratio = (boxes[:, 3] - boxes[:, 1])[:, None] / np.maximum(dets.boxes[:, 3] - dets.boxes[:, 1], 1e-3)
+            ended |= ((iou_matrix(boxes, dets.boxes) >= COPY_IOU) & (ratio <= COPY_SIZE_RATIO)
+                      & (ratio >= 1 / COPY_SIZE_RATIO)).any(1)  # [N, D] -> [N]
+        if frame_size is not None:
+            w, h = frame_size
+            inside_w = np.clip(np.minimum(boxes[:, 2], w) - np.maximum(boxes[:, 0], 0), 0, None)
+            inside_h = np.clip(np.minimum(boxes[:, 3], h) - np.maximum(boxes[:, 1], 0), 0, None)
+            area = np.maximum((boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1]), 1e-6)
+            ended |= (inside_w * inside_h / area < DEPARTED_INSIDE) & np.array([t.unseen > 0 for _, t in held])
+        for (_, t), end in zip(held, ended):
+            t.gone = t.gone or bool(end)
+        return [x for x, end in zip(held, ended) if not end]
 
     def _verified(self, t: _Track, held: TrackedFace, verify: Verify) -> TrackedFace | None:
         """``held``, the face _held made for a track this run missed, after a closer look at its predicted

@@ -19,7 +19,6 @@ from pathlib import Path
 import av
 
 
-
 def faststart_copy(src: Path, dst: Path, fmt: str, metadata: dict[str, str] | None = None) -> None:
     """Copy every video and audio packet of ``src`` into a new ``fmt`` ("mp4" or "mov") file ``dst``
     with the index first, and ``metadata`` as container tags. Raises what PyAV raises."""

@@ -21,13 +21,11 @@ from streamdeid.redact import redact
 from streamdeid.types import StreamdeidError
 
 STDIN = "-"
-# What PyAV raises while opening or reading an input; EOFError comes from a
-# stream that ends mid-packet.
-READ_ERRORS = (av.FFmpegError, OSError, EOFError, ValueError)
-
-
 # What reading or writing through PyAV raises on bad media, a full disk or a closed pipe.
 AV_ERRORS = (av.FFmpegError, OSError, ValueError)
+# What PyAV raises while opening or reading an input; EOFError comes from a
+# stream that ends mid-packet.
+READ_ERRORS = (*AV_ERRORS, EOFError)
 
 
 def error_reason(exc: BaseException) -> str:
