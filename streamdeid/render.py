@@ -30,7 +30,7 @@ from .blend import WarpedFace, blend_into, face_mask, mask_support, warp_to_fram
 from .blend.paste import paste_rois
 from .config import AlignConfig, AnonymizeConfig, BlendConfig
 from .cover_size import drawn_growth
-from .types import AlignedFace, FaceContext, FrameResult, TrackedFace, scaled_about_centre
+from .types import AlignedFace, FaceContext, FrameResult, TrackedFace, longest_sides, scaled_about_centre
 
 if TYPE_CHECKING:
     from .leakguard import LeakGuard
@@ -218,8 +218,8 @@ class FrameRenderer:
         landmarks = np.array([f.landmarks for f in faces], np.float64)  # [N, 5, 2]
         # A predicted (held) or back-filled position is a guess: the face may have moved, so cover a
         # larger area around it (cover_size.py).
-        sides = np.maximum(boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1])  # [N] longest sides
-        growth = np.array([drawn_growth(f.state, f.matched, f.between_runs, s) for f, s in zip(faces, sides)])
+        growth = np.array([drawn_growth(f.state, f.matched, f.between_runs, s)
+                           for f, s in zip(faces, longest_sides(boxes))])
         guess = growth != 1.0
         if guess.any():
             boxes[guess], landmarks[guess] = scaled_about_centre(boxes[guess], landmarks[guess], growth[guess])
@@ -244,7 +244,7 @@ class FrameRenderer:
         sides = np.full(len(boxes), size, np.int64)
         if not self.scale_free:
             return sides
-        face_px = np.maximum(boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1])
+        face_px = longest_sides(boxes)
         for side in reversed(SMALL_CROPS):  # the smallest that fits wins: it is written last
             if side < size:
                 sides = np.where(side >= MIN_CROP_PX_PER_PX * face_px, side, sides)

@@ -14,8 +14,7 @@ import numpy as np
 
 from .config import PipelineConfig, detect_cadence
 from .detect.closer import AGREE_IOU, CloserLook, GuessCheck, frame_scale_look
-from .detect.finder import (ODD_SIZE_RATIO, FaceFinder, concat, holds_a_centre, longest_sides, merge, odd_boxes,
-                             typical_sizes)
+from .detect.finder import ODD_SIZE_RATIO, FaceFinder, concat, holds_a_centre, merge, odd_boxes, typical_sizes
 from .render import FrameRenderer, PastedFace
 from .scenecut import SceneCutDetector
 from .summary import RunSummary, StageTimes
@@ -24,7 +23,7 @@ from .track.appearance import TemplateStore, find
 from .track.camera_motion import CameraMotion
 from .track.matching import iou_matrix
 from .track.tracker import Locate, Provisional, Verify
-from .types import Detections, Frame, FrameResult
+from .types import Detections, Frame, FrameResult, longest_sides
 
 # A box from the fast pass's floor up, over another box's centre, scoring under this, starts a track
 # reported from its second detector run (FaceStage._provisional); as the still passes' SURE_SCORE

@@ -143,6 +143,12 @@ class TrackedFace:
         return TrackedFace(self.track_id, box, landmarks, self.score, state)
 
 
+def longest_sides(boxes: np.ndarray) -> np.ndarray:
+    """[N] float64: the longest side of each box ([N, 4] x1 y1 x2 y2), a face box's size."""
+    b = np.asarray(boxes, np.float64).reshape(-1, 4)
+    return np.maximum(b[:, 2] - b[:, 0], b[:, 3] - b[:, 1])
+
+
 def scaled_about_centre(box: np.ndarray, landmarks: np.ndarray, factor: float) -> tuple[np.ndarray, np.ndarray]:
     """``box`` ([4] x1, y1, x2, y2) and ``landmarks`` ([5, 2]) scaled by ``factor`` about the box centre;
     or N faces at once: boxes [N, 4], landmarks [N, 5, 2], factors [N]. One box in plain floats:

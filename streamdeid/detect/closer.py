@@ -22,9 +22,9 @@ import cv2
 import numpy as np
 
 from streamdeid.detect.base import Detector
-from streamdeid.detect.finder import ODD_SIZE_RATIO, brighten, longest_sides, merge
+from streamdeid.detect.finder import ODD_SIZE_RATIO, brighten, merge
 from streamdeid.track.matching import iou_matrix
-from streamdeid.types import Detections
+from streamdeid.types import Detections, longest_sides
 
 # The crop around a box (ZOOM_CONTEXT times its size) scaled so the face is ZOOM_FACE_PX tall, YuNet's
 # comfortable size. Measured on nine synthetic crowds: of the 1,102 weak candidates no two passes agreed

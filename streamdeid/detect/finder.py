@@ -29,7 +29,7 @@ import numpy as np
 from streamdeid.config import DetectConfig
 from streamdeid.detect.base import Detector, nms, scaled_size
 from streamdeid.track.matching import intersection_matrix
-from streamdeid.types import Detections, StreamdeidError
+from streamdeid.types import Detections, StreamdeidError, longest_sides
 
 # Face height (px, at the detector input) from which YuNet finds faces reliably. On synthetic crowds
 # (evaluation.crowd, 400 faces, threshold 0.3) it found 96% of 24-40 px faces and 74% of 16-24 px.
@@ -131,12 +131,6 @@ ODD_EDGE = 0.01  # share of the frame's longer side: a box this near an edge is 
 # is boxed less surely): the suit at hamilton's right edge (194 px among 76 px faces) is, the dark face
 # leaving at its left edge (65 px among 44 px faces) is not.
 ODD_EDGE_RATIO = 2.0
-
-
-def longest_sides(boxes: np.ndarray) -> np.ndarray:
-    """[N] float64: the longest side of each box ([N, 4] x1 y1 x2 y2), a face box's size here."""
-    b = np.asarray(boxes, np.float64).reshape(-1, 4)
-    return np.maximum(b[:, 2] - b[:, 0], b[:, 3] - b[:, 1])
 
 
 def typical_sizes(boxes: np.ndarray) -> np.ndarray:
