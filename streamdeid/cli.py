@@ -14,17 +14,9 @@ import click
 
 from . import __version__
 from .batch.cli import batch_command
-from .cli_config import (
-    RECOVER_OPTIONS,
-    RUN_OPTIONS,
-    apply_selection,
-    check_anonymizer_options,
-    live_config,
-    pipeline_config,
-)
-from .config import PipelineConfig
 from .registry import BACKENDS, METHODS
 from .redact import redact, redact_logging
+from .run.options import RECOVER_OPTIONS, pipeline_config
 from .types import OutputClosed, StreamdeidError
 
 EXIT_ERROR = 1
@@ -146,28 +138,23 @@ def run(input: str, **options) -> None:
       streamdeid run rtsp://cam/stream -o rec.mp4 --segment-time 600
       streamdeid run rtsp://cam/stream -o - | ffplay -
     """
-    from .folder import FAILED
-    from .video.reader import is_live_input
+    from .run import run_options
+    from .run.outcome import FAILED
 
-    config = pipeline_config(options, RUN_OPTIONS)
-    apply_selection(config, options)
-    check_anonymizer_options(options)
-    key_file, no_crops, report = options["key_file"], options["no_crops"], options["report"]
-    if options["force_live"] or (input != "-" and is_live_input(input)):
-        if report is not None or options["skip_existing"]:
+    opts = run_options(options)
+    report = options["report"]
+    if opts.is_live(input):
+        if report is not None or opts.skip_existing:
             raise StreamdeidError("--report and --skip-existing are for files and folders, not live feeds")
-        _run_live(input, options["output"], config, live_config(options), key_file=key_file,
-                  new_key=options["new_key"], vault=not options["no_vault"])
+        _run_live(input, options["output"], opts)
         return
-    result = _anonymize_reporting(input, options["output"], config, report, key_file=key_file,
-                                  new_key=options["new_key"], vault=not options["no_vault"],
-                                  store_crops=not no_crops, skip_existing=options["skip_existing"])
+    result = _anonymize_reporting(input, options["output"], opts, report)
+    method = opts.config.anonymize.method
     # a push target may carry credentials (rtsp://user:secret@...)
-    click.echo(f"streamdeid: {result.summary.line()} ({config.anonymize.method}) -> {redact(str(result.output))}",
-               err=True)
+    click.echo(f"streamdeid: {result.summary.line()} ({method}) -> {redact(str(result.output))}", err=True)
     model_path = options["model_path"]
-    how = (" --mode model" + (f" --model {model_path}" if model_path else "")) if no_crops else ""
-    _echo_vault(result, key_file, how)
+    how = (" --mode model" + (f" --model {model_path}" if model_path else "")) if not opts.store_crops else ""
+    _echo_vault(result, opts.key_file, how)
     if result.files:
         _echo_folder(result.files)
     if result.summary.interrupted:
@@ -176,17 +163,19 @@ def run(input: str, **options) -> None:
         sys.exit(EXIT_ERROR)
 
 
-def _anonymize_reporting(input: str, output: str | None, config: PipelineConfig, report: str | None, **kwargs):
+def _anonymize_reporting(input: str, output: str | None, opts, report: str | None):
     """``anonymize``, then the --report (one entry per file; for a single file, one entry, also when it
     failed)."""
-    from .api import anonymize, failed_outcome, file_outcome
-    from .folder import write_report
+    from .api import anonymize
+    from .run import Runner, default_output, file_outcome
+    from .run.outcome import failed_outcome, write_report
 
     try:
-        result = anonymize(input, output, config, **kwargs)
+        result = anonymize(input, output, runner=Runner(opts))
     except StreamdeidError as exc:
         if report is not None:
-            write_report(report, [failed_outcome(input, output, str(exc))])
+            dst = output if output is not None else default_output(input) if input != "-" else ""
+            write_report(report, [failed_outcome(input, dst, str(exc))])
         raise
     if report is not None:
         write_report(report, result.files or [file_outcome(input, result)], interrupted=result.summary.interrupted)
@@ -206,7 +195,7 @@ def _echo_vault(result, key_file: str | None, how: str) -> None:
 
 def _echo_folder(files) -> None:
     """One line of counts, then one line per failed file with its reason."""
-    from .folder import FAILED, summary_line
+    from .run.outcome import FAILED, summary_line
 
     click.echo(f"streamdeid: {summary_line(files)}", err=True)
     for f in files:
@@ -214,21 +203,23 @@ def _echo_folder(files) -> None:
             click.echo(f"streamdeid: failed: {redact(f'{f.input}: {f.error}')}", err=True)
 
 
-def _run_live(source: str, output: str | None, config: PipelineConfig, live, *, key_file: str | None,
-              new_key: bool, vault: bool) -> None:
+def _run_live(source: str, output: str | None, opts) -> None:
     from .api import anonymize
     from .live import LiveSourceLost
+    from .run import Runner
 
+    runner = Runner(opts)
     try:
-        result = anonymize(source, output, config, key_file=key_file, new_key=new_key, vault=vault, live=live)
+        result = anonymize(source, output, runner=runner)
     except LiveSourceLost as exc:
         click.echo(f"streamdeid: error: {redact(str(exc))}", err=True)
         sys.exit(3)
     summary = result.summary
-    click.echo(f"streamdeid: {summary.line()} ({config.anonymize.method}) -> {redact(str(result.output))}", err=True)
+    click.echo(f"streamdeid: {summary.line()} ({runner.config.anonymize.method}) -> {redact(str(result.output))}",
+               err=True)
     if result.segment_vaults:
         click.echo(f"streamdeid: a recovery vault beside each recording (SEGMENT.sdv; recover with `streamdeid "
-                   f"recover SEGMENT --key-file {key_file} -o OUT`)", err=True)
+                   f"recover SEGMENT --key-file {runner.options.key_file} -o OUT`)", err=True)
     else:
         click.echo("streamdeid: no recovery vault: this output is irreversible", err=True)
     sys.exit(summary.exit_code)

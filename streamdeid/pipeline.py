@@ -1,6 +1,6 @@
 """The pipeline, assembled once: detect -> track -> look-ahead -> render -> emit.
 
-Every run goes through one ``Pipeline``: a file (api.py), each file of a folder, and a live feed
+Every run goes through one ``Pipeline``: a file (run/video.py), each file of a folder, and a live feed
 (live/runner.py). What differs between them is passed in, not wired again:
 
     source items --push--> FaceStage (detect + track) --> LookaheadBuffer (back-fill)
@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 
+from .anonymizers.base import Anonymizer
 from .config import PipelineConfig
 from .lookahead import LookaheadBuffer
 from .render import FrameRenderer, PastedFace
@@ -32,13 +33,16 @@ __all__ = ["Emit", "Pipeline", "build_renderer", "process_frames"]
 Emit = Callable[[FrameResult, list[PastedFace]], None]
 
 
-def build_renderer(config: PipelineConfig, key_for_track: Callable[[int], bytes | None] | None = None) -> FrameRenderer:
-    """The anonymizer ``config`` names, in a renderer (loads the model: call it before any output exists).
-    ``key_for_track``: each track's key (a run's ``RunKeys.for_track``); None: no keys (classic methods)."""
-    from .anonymizers import create_anonymizer
+def build_renderer(config: PipelineConfig, key_for_track: Callable[[int], bytes | None] | None = None,
+                   anonymizer: Anonymizer | None = None) -> FrameRenderer:
+    """``anonymizer`` (default: the one ``config`` names, loaded here: call it before any output exists) in a
+    renderer. ``key_for_track``: each track's key (a run's ``RunKeys.for_track``); None: no keys (classic)."""
+    if anonymizer is None:
+        from .anonymizers import create_anonymizer
 
-    return FrameRenderer(create_anonymizer(config.anonymize), align=config.align, blend=config.blend,
-                         anonymize=config.anonymize, key_for_track=key_for_track)
+        anonymizer = create_anonymizer(config.anonymize)
+    return FrameRenderer(anonymizer, align=config.align, blend=config.blend, anonymize=config.anonymize,
+                         key_for_track=key_for_track)
 
 
 class Pipeline:

@@ -31,6 +31,13 @@ class RunSummary:
     decisions: dict = field(default_factory=dict)  # --keep/--only: track id -> evidence (TrackEvidence.summary)
     times: StageTimes = field(default_factory=StageTimes)
 
+    def add(self, other: RunSummary) -> None:
+        """Add ``other`` (one file of a folder run) into this total."""
+        for name in ("frames", "faces", "tracks", "fallbacks", "leak_fallbacks", "seconds"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        sizes = [v for v in (self.smallest_face, other.smallest_face) if v is not None]
+        self.smallest_face = max(sizes) if sizes else None  # the weakest promise of the folder
+
     @property
     def fps(self) -> float:
         return self.frames / self.seconds if self.seconds > 0 else 0.0

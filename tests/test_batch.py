@@ -16,7 +16,7 @@ from conftest import run_cli
 
 from streamdeid.batch import collect_tasks, run_batch, shard
 from streamdeid.batch.inputs import Task, shard_of
-from streamdeid.folder import output_is_complete
+from streamdeid.run.outcome import output_is_complete
 
 CLIPS = ("classroom.mp4", "face-demographics-walking-and-pause.mp4")  # 45 and 41 frames, 480x270
 

@@ -474,12 +474,12 @@ def test_fuzz_sample_no_traceback_hang_or_half_output(tmp_path: Path, media: Pat
 
 
 def test_option_tables_name_real_options_and_fields() -> None:
-    """cli_config's tables: each entry is an option of its command and a field of its config; an option
+    """run.options. tables: each entry is an option of its command and a field of its config; an option
     given on the command line lands on its field, one left out keeps the field's default."""
     import dataclasses
 
     from streamdeid import cli
-    from streamdeid.cli_config import LIVE_OPTIONS, RECOVER_OPTIONS, RUN_OPTIONS, live_config, pipeline_config
+    from streamdeid.run.options import LIVE_OPTIONS, RECOVER_OPTIONS, RUN_OPTIONS, live_config, pipeline_config
     from streamdeid.config import PipelineConfig
     from streamdeid.live import LiveConfig
 

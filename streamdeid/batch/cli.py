@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from .options import run_params
+from ..run.options import run_params
 
 
 def batch_command(run: click.Command) -> click.Command:
@@ -52,7 +52,7 @@ def batch_command(run: click.Command) -> click.Command:
           streamdeid batch /archive -o /anon --key-file k.bin --ray auto
           streamdeid batch /archive -o /anon --shard-index 0 --shard-count 4
         """
-        from ..folder import FAILED
+        from ..run.outcome import FAILED
         from ..redact import redact
         from .driver import run_batch
 

@@ -15,11 +15,10 @@ from typing import Any
 
 from tqdm import tqdm
 
-from ..folder import FAILED, OK, SKIPPED, summary_line, write_report
+from ..run.outcome import FAILED, OK, SKIPPED, summary_line, write_report
 from ..redact import redact
 from ..types import StreamdeidError
 from .inputs import Task, collect_tasks, shard
-from .options import build_config
 from .worker import BatchOutcome, failed
 
 log = logging.getLogger(__name__)
@@ -69,11 +68,10 @@ def run_batch(sources: list[str], out_dir: str | Path, opts: dict[str, Any], *, 
         if shard_count is None or shard_index is None:
             raise StreamdeidError("--shard-index and --shard-count go together")
         tasks = shard(tasks, shard_index, shard_count)
-    build_config(opts)  # a bad option or a missing model fails here, before any worker starts
-    if opts.get("key_file"):
-        from ..keys import run_keys
+    from ..run import Runner, batch_options
 
-        run_keys(opts["key_file"], new_key=bool(opts.get("new_key")))  # checked (or created) once, here
+    # a bad option, a missing model or key fails here, before any worker starts (the key is created once, here)
+    Runner(batch_options(opts))
     json_path, csv_path = report_paths(out, report, shard_index, shard_count)
     out.mkdir(parents=True, exist_ok=True)
     previous = _previous(json_path)

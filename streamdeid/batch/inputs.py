@@ -13,7 +13,7 @@ import click
 
 from ..types import StreamdeidError
 from ..video.images import IMAGE_EXTENSIONS, VIDEO_EXTENSIONS, is_image, list_media
-from .options import parse_per_file
+from ..run.options import manifest_options
 
 MANIFEST_SUFFIXES = (".txt", ".list", ".lst", ".csv")
 
@@ -97,7 +97,7 @@ def _manifest(path: Path, run_params: list[click.Parameter]) -> list[tuple[Path,
         for n, row in enumerate(rows, start=2):
             src = base / row["input"].strip()
             rel = (row.get("output") or "").strip() or src.name
-            out.append((_media(src, f"{path}:{n}"), rel, parse_per_file(run_params, row, f"{path}:{n}")))
+            out.append((_media(src, f"{path}:{n}"), rel, manifest_options(run_params, row, f"{path}:{n}")))
         return out
     for n, line in enumerate(text.splitlines(), start=1):
         line = line.strip()

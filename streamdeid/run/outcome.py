@@ -1,6 +1,7 @@
-"""Folder runs: one outcome per file, resuming (``--skip-existing``) and the JSON report (``--report``).
+"""What happened to each file of a run: ``FileOutcome``, resuming (``--skip-existing``, batches) and the JSON
+report (``--report``).
 
-A folder run attempts every file; a file that fails is recorded and the run goes on.
+A folder run or a batch attempts every file; a file that fails is recorded and the run goes on.
 ``output_is_complete`` tells an output a previous run finished (it decodes, and its
 vault is complete and covers its frames) from one a crash or a kill left half-written.
 """
@@ -15,9 +16,9 @@ from pathlib import Path
 import av
 import cv2
 
-from .redact import redact
-from .types import StreamdeidError
-from .video.images import is_image
+from ..redact import redact
+from ..types import StreamdeidError
+from ..video.images import is_image
 
 OK, FAILED, SKIPPED = "ok", "failed", "skipped"
 
@@ -35,6 +36,25 @@ class FileOutcome:
     faces: int = 0
     tracks: int = 0
     seconds: float = 0.0
+
+
+def outcome(src: Path | str, dst: Path | str, vault: Path | None, status: str, summary=None,
+            error: str | None = None) -> FileOutcome:
+    """``summary``: the file's ``RunSummary`` (frames, faces, tracks, seconds), None when it did not run."""
+    frames, faces, tracks, seconds = ((summary.frames, summary.faces, summary.tracks, summary.seconds)
+                                      if summary is not None else (0, 0, 0, 0.0))
+    return FileOutcome(str(src), str(dst), str(vault) if vault is not None else None, status, error,
+                       frames, faces, tracks, round(seconds, 3))
+
+
+def failed_outcome(src: str, dst: str | Path, error: str) -> FileOutcome:
+    return outcome(src, dst, None, FAILED, error=error)
+
+
+def error_line(exc: BaseException) -> str:
+    """An unexpected exception (a bug of ours) as one line of a report."""
+    lines = str(exc).strip().splitlines()
+    return f"internal error: {type(exc).__name__}: {lines[0]}" if lines else f"internal error: {type(exc).__name__}"
 
 
 def counts(outcomes: list[FileOutcome]) -> dict[str, int]:
@@ -78,7 +98,7 @@ def decoded_frame_count(path: Path) -> int:
 def vault_covers(vault: Path, frames: int) -> bool:
     """The vault is complete (END record, nothing damaged) and its faces lie within ``frames`` frames.
     Uses only ``inspect()``'s "complete" and "frame_range" (the vault's internals may change)."""
-    from .vault import VaultReader
+    from ..vault import VaultReader
 
     try:
         with VaultReader(vault) as reader:

@@ -1,0 +1,197 @@
+"""``Runner``: a run assembled once (options, keys, loaded models); every entry point goes through it.
+
+    CLI ``run`` / ``streamdeid.anonymize()`` / a batch worker
+        -> Runner(RunOptions, Models).run(src, dst)
+            -> a live feed (live.py) | a folder, file by file (``file``) | a still (still.py)
+               | a video file or stdin into a file or a stream (video.py)
+
+The runner alone decides what surrounds a video's frames: its keys (one master, a fresh video id per
+video), its renderer (the anonymizer from ``Models``) and whether and where its vault is written
+(``vault_for``). The pieces below it take those decisions as arguments.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+
+from ..files import refuse_same_file
+from ..keys import RunKeys, run_keys
+from ..pipeline import build_renderer
+from ..render import FrameRenderer
+from ..summary import RunSummary
+from ..types import StreamdeidError
+from ..vault_glue import vault_path_for
+from ..video.images import is_image, list_media
+from ..video.stream_writer import is_stream_output
+from .models import Models
+from .options import RunOptions
+from .outcome import FAILED, OK, SKIPPED, FileOutcome, error_line, outcome, output_is_complete
+from .result import RunResult
+
+log = logging.getLogger(__name__)
+
+
+def default_output(src: str) -> Path:
+    """``clip.mp4`` -> ``clip_anonymized.mp4``; ``photos/`` -> ``photos_anonymized/``."""
+    p = Path(src)
+    if p.is_dir():
+        return p.with_name(p.name.rstrip("/") + "_anonymized")
+    return p.with_name(f"{p.stem}_anonymized{p.suffix}")
+
+
+class Runner:
+    """Made once from ``RunOptions`` (the key file is read, or created with ``new_key``, here); ``models``
+    may be shared with other runners (a batch worker's per-file options)."""
+
+    def __init__(self, options: RunOptions | None = None, models: Models | None = None, *,
+                 keys: RunKeys | None = None) -> None:
+        self.options = options or RunOptions()
+        self.models = models or Models()
+        self._keys = keys or run_keys(self.options.key_file, new_key=self.options.new_key)
+
+    @property
+    def config(self):
+        return self.options.config
+
+    def with_options(self, options: RunOptions) -> Runner:
+        """A runner for other options (a manifest row's) with the same models and master key."""
+        return Runner(options, self.models, keys=self._keys)
+
+    # -- what surrounds a video's frames: decided here only ---------------------------------------------
+
+    def next_keys(self) -> RunKeys:
+        """The keys of the next video: the run's master, and a video id of its own."""
+        return self._keys.for_next_video()
+
+    def renderer(self, keys: RunKeys) -> FrameRenderer:
+        """The configured anonymizer in a renderer, with ``keys``' per-track keys (loads the model)."""
+        return build_renderer(self.config, keys.for_track, self.models.anonymizer(self.config.anonymize))
+
+    def writes_vault(self) -> bool:
+        """A vault needs a key file that is kept (an ephemeral key could never open it) and no --no-vault."""
+        return self.options.vault and not self._keys.ephemeral
+
+    def vault_for(self, src: str | Path, out: Path | str) -> Path | None:
+        """Where the vault of ``src``'s output ``out`` goes: beside a file output; none for a still image or a
+        stream output (stdout, a push URL), nor when ``writes_vault`` says no."""
+        if not self.writes_vault() or not isinstance(out, Path) or (src != "-" and is_image(src)):
+            return None
+        return vault_path_for(out)
+
+    # -- entry points -------------------------------------------------------------------------------------
+
+    def run(self, src: str, dst: str | Path | None = None) -> RunResult:
+        """Anonymize ``src`` (a video file, an image, a folder of them, ``-`` for stdin, or a live feed) into
+        ``dst`` (default: beside the input, see ``default_output``)."""
+        o = self.options
+        if o.is_live(src):
+            if o.skip_existing:
+                raise StreamdeidError("--skip-existing resumes a folder run, not a live feed")
+            return self._live(src, dst)
+        if o.skip_existing and (src == "-" or not Path(src).is_dir()):
+            raise StreamdeidError("--skip-existing resumes a folder run; INPUT is not a folder")
+        if src == "-":
+            if dst is None:
+                raise StreamdeidError("reading from stdin (-) needs an output path: -o OUTPUT")
+        elif not Path(src).exists():
+            raise StreamdeidError(f"{src}: no such file or folder")
+        if dst is not None and is_stream_output(str(dst)):
+            return self._video(src, str(dst))
+        out = Path(dst) if dst is not None else default_output(src)
+        refuse_same_file(src, out)
+        if src != "-" and Path(src).is_dir():
+            return self._folder(Path(src), out)
+        if src != "-" and is_image(src):
+            return self._still(Path(src), out)
+        return self._video(src, out)
+
+    def file(self, src: Path, dst: Path) -> tuple[FileOutcome, RunSummary | None]:
+        """One file of a folder or a batch, never raising for a bad file: its outcome, and its summary when it
+        ran (None: skipped or failed). With ``skip_existing`` a finished output is skipped and one a crash
+        left half-written is redone."""
+        runner = self
+        if self.options.skip_existing:
+            vault_path = self.vault_for(src, dst)
+            if output_is_complete(dst, vault_path):
+                return outcome(src, dst, vault_path, SKIPPED), None
+            runner = self._redo(dst, vault_path)
+        try:
+            res = runner._still(src, dst) if is_image(src) else runner._video(str(src), dst)
+        except StreamdeidError as exc:
+            return outcome(src, dst, None, FAILED, error=str(exc)), None
+        except Exception as exc:  # a bug of ours on this file: record it, do the others (traceback with -v)
+            log.info("internal error on %s", src, exc_info=True)
+            return outcome(src, dst, None, FAILED, error=error_line(exc)), None
+        return file_outcome(str(src), res), res.summary
+
+    # -- the kinds of input ---------------------------------------------------------------------------------
+
+    def _video(self, src: str, out: Path | str) -> RunResult:
+        from .video import run_video
+
+        keys = self.next_keys()
+        renderer = self.renderer(keys)  # loads the model: fails before any output exists
+        return run_video(src, out, self.config, renderer, keys, vault_path=self.vault_for(src, out),
+                         store_crops=self.options.store_crops)
+
+    def _still(self, src: Path, out: Path) -> RunResult:
+        from .still import run_still
+
+        return run_still(src, out, self.config, lambda: self.renderer(self.next_keys()))
+
+    def _live(self, src: str, dst: str | Path | None) -> RunResult:
+        """Without a key file the keys are ephemeral (never stored): DBAF still gets one key per track."""
+        from ..vault_glue import segment_vault_factory
+        from .live import check_live_output, run_live_feed
+
+        out = check_live_output(dst)
+        stream = is_stream_output(out)
+        keys = self.next_keys()
+        renderer = self.renderer(keys)  # loads the model before connecting
+        factory = segment_vault_factory(keys, self.config, renderer.anonymizer) \
+            if self.writes_vault() and not stream else None
+        return run_live_feed(src, out, self.config, self.options.live, renderer, stream=stream,
+                             vault_factory=factory)
+
+    def _folder(self, src: Path, out: Path) -> RunResult:
+        """Every file of ``src`` into ``out``: a file that fails is recorded and the next one is done.
+        Ctrl-C stops the whole run (``summary.interrupted``)."""
+        files = list_media(src)
+        if not files:
+            raise StreamdeidError(f"{src}: no images or videos in this folder")
+        out.mkdir(parents=True, exist_ok=True)
+        total = RunSummary()
+        outcomes: list[FileOutcome] = []
+        for f in files:
+            try:
+                done, summary = self.file(f, out / f.name)
+            except KeyboardInterrupt:  # outside the frame loop (opening, loading the model, a still image)
+                done, summary = outcome(f, out / f.name, None, FAILED, error="interrupted"), RunSummary()
+                summary.interrupted = True
+            outcomes.append(done)
+            if summary is not None:
+                total.add(summary)
+                if summary.interrupted:
+                    total.interrupted = True
+                    break
+        return RunResult(out, total, files=outcomes)
+
+    def _redo(self, dst: Path, vault_path: Path | None) -> Runner:
+        """``dst`` is not a finished output (``output_is_complete`` said no): what a previous run left there (a
+        half-written output, a vault without its END) is replaced."""
+        if not dst.exists() and not (vault_path is not None and vault_path.exists()):
+            return self
+        log.warning("%s: the output a previous run left is incomplete; redoing it", dst)
+        output = dataclasses.replace(self.config.output, overwrite=True)
+        options = dataclasses.replace(self.options, config=dataclasses.replace(self.config, output=output))
+        return self.with_options(options)
+
+
+def file_outcome(src: str, result: RunResult) -> FileOutcome:
+    """The outcome of a single-file run (a ``--report`` of one entry)."""
+    if result.summary.interrupted:
+        return outcome(src, result.output, result.vault, FAILED, result.summary,
+                       error=f"interrupted: partial output kept at {result.output}")
+    return outcome(src, result.output, result.vault, OK, result.summary)

@@ -1,0 +1,58 @@
+"""One still image: every detector pass at once (a still has no second frame), no tracker, no vault."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import cv2
+
+from ..config import PipelineConfig
+from ..render import FrameRenderer
+from ..summary import RunSummary
+from ..types import Frame, FrameResult, StreamdeidError, TrackedFace
+from ..video.writer import write_image
+from .result import RunResult, track_observers
+
+
+def run_still(src: Path, out: Path, config: PipelineConfig, renderer_for) -> RunResult:
+    """``renderer_for()``: the run's renderer, built once the image is read (a missing model still fails
+    before the output is written)."""
+    from ..detect.finder import FaceFinder
+    from ..detect.still import StillFinder
+
+    if out.exists() and not config.output.overwrite:
+        raise StreamdeidError(f"{out} exists; pass --overwrite to replace it")
+    image = cv2.imread(str(src), cv2.IMREAD_COLOR)
+    if image is None:
+        raise StreamdeidError(f"{src}: not a readable image")
+    t0 = time.perf_counter()
+    finder = FaceFinder(config.detect)
+    dets = StillFinder(finder).find(image)  # a still has no second frame: every pass, weak faces too
+    faces = [TrackedFace(i + 1, dets.boxes[i], dets.landmarks[i], float(dets.scores[i]), "detected")
+             for i in range(len(dets))]
+    renderer: FrameRenderer = renderer_for()
+    result = FrameResult(Frame(0, image, None, None), faces)
+    selection = _select_still(result, config, finder) if config.select.mode else None
+    pasted = renderer.render(result)
+    observers, closers = track_observers(config)
+    for obs in observers:
+        obs(result, pasted)
+    for close in closers:
+        close()
+    write_image(out, image, overwrite=config.output.overwrite)
+    summary = RunSummary(frames=1, faces=len(faces), tracks=len(faces), fallbacks=renderer.fallbacks,
+                         leak_fallbacks=renderer.leak_fallbacks, seconds=time.perf_counter() - t0,
+                         smallest_face=finder.smallest_face(image.shape[1], image.shape[0]), selection=selection)
+    return RunResult(out, summary)
+
+
+def _select_still(result: FrameResult, config: PipelineConfig, finder) -> str:
+    """--keep/--only on a still: one judged frame decides (there is no second); an unjudgeable face
+    (small, profile) is anonymized."""
+    from ..selection import SelectStage
+
+    stage = SelectStage(config.select, fps=1.0, finder=finder, confirm=1)
+    stage.observe(result)
+    stage.split(result)
+    return stage.line()

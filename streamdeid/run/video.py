@@ -1,0 +1,125 @@
+"""One video (a file, or stdin) into a file or a stream (stdout, a push URL), with its vault.
+
+Four threads: decode, the ``Pipeline`` (detect and track; render on its own thread), encode. The runner
+decides everything around it (renderer, keys, whether and where a vault is written) and passes it in.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+
+from tqdm import tqdm
+
+from ..anonymizers import reversible_method
+from ..config import PipelineConfig
+from ..keys import RunKeys
+from ..pipeline import Pipeline
+from ..redact import redact
+from ..render import FrameRenderer
+from ..summary import RunSummary
+from ..threads import ThreadedSink, threaded_source
+from ..types import StreamdeidError
+from ..vault_glue import VaultRecorder, open_vault_writer, pipeline_meta, vault_path_for, vault_quality, video_id_tag
+from ..video.reader import open_source
+from ..video.stream_writer import StreamWriter
+from ..video.writer import VideoWriter
+from .result import RunResult, track_observers
+
+log = logging.getLogger(__name__)
+
+
+def run_video(src: str, out: Path | str, config: PipelineConfig, renderer: FrameRenderer, keys: RunKeys, *,
+              vault_path: Path | None, store_crops: bool) -> RunResult:
+    """``out``: a file path, or ``-``/a URL (stdout or a push, never with a vault). ``renderer`` is built
+    (its model loaded) before this is called, so a missing model fails before any output exists."""
+    if vault_path is not None and vault_path.exists() and not config.output.overwrite:
+        raise StreamdeidError(f"{vault_path} exists; pass --overwrite to replace it")
+    reversible = reversible_method(renderer.anonymizer)
+    if vault_path is not None and not store_crops and reversible is None:
+        raise StreamdeidError(f"--no-crops stores no face pixels, so only a reversible anonymizer (dbaf) can be "
+                              f"recovered from its vault, not {renderer.anonymizer.name}")
+    # a vault of face pixels stores the decoder's own planes (video/planes.py)
+    with open_source(src, keep_planes=vault_path is not None and store_crops) as source:
+        writer = _open_writer(out, source, config, keys)
+        vault_writer = None
+        try:
+            summary = RunSummary()
+            observers, closers = track_observers(config, summary)
+            if vault_path is not None:
+                vault_writer = open_vault_writer(vault_path, keys, source=src, output=out,
+                                                 store_crops=store_crops, overwrite=config.output.overwrite,
+                                                 pipeline=pipeline_meta(config, renderer.anonymizer),
+                                                 quality=vault_quality(config.output),
+                                                 fps=float(source.average_rate or 25))
+                observers.append(VaultRecorder(vault_writer, reversible))
+        except BaseException:
+            writer.close(success=False)
+            raise
+        ok = False
+        try:
+            ok = _run_pipeline(src, source, writer.write, config, renderer, observers, summary)
+            if summary.interrupted:
+                kept = writer.abort_keep_partial()  # None for a stream: what was sent is sent
+                out = out if kept is None else Path(kept)
+                log.warning("interrupted: %d frames written to %s", summary.frames, redact(str(out)))
+        finally:
+            for close in closers:
+                close()
+            if not summary.interrupted:
+                writer.close(success=ok)
+            vault_path = _finish_vault(vault_writer, vault_path, ok, summary.interrupted, out)
+    return RunResult(out, summary, vault_path)
+
+
+def _open_writer(out: Path | str, source, config: PipelineConfig, keys: RunKeys) -> VideoWriter:
+    """A file output is tagged with the run's video id (recover checks it against the vault's)."""
+    if isinstance(out, Path):
+        return VideoWriter(out, source, config.output, metadata=video_id_tag(keys.video_id))
+    return StreamWriter(out, source, config.output)
+
+
+def _run_pipeline(src: str, source, write, config: PipelineConfig, renderer: FrameRenderer,
+                  observers: list, summary: RunSummary) -> bool:
+    """Decode, the ``Pipeline`` and encode on four threads. True: every frame was written; False: Ctrl-C
+    (``summary.interrupted``; the frames already taken are written, the caller keeps the partial output)."""
+    bar = tqdm(total=source.frame_count, unit="frame", disable=not config.progress,
+               desc=Path(src).name if src != "-" else "stdin", dynamic_ncols=True)
+    sink = ThreadedSink(write, summary.times)
+
+    def emit(result, _pasted) -> None:
+        sink.put(result.frame)
+        bar.update(1)
+
+    t0 = time.perf_counter()
+    try:
+        pipeline = Pipeline(config, renderer, fps=float(source.average_rate or 25), emit=emit,
+                            observers=observers, summary=summary, render_thread=True)
+        pipeline.run(threaded_source(source, threading.Event(), summary.times), sink.put)
+        sink.close()
+        return True
+    except KeyboardInterrupt:
+        summary.interrupted = True
+        sink.close()
+        return False
+    finally:
+        summary.seconds = time.perf_counter() - t0
+        bar.close()
+
+
+def _finish_vault(vault_writer, vault_path: Path | None, ok: bool, interrupted: bool, out: Path) -> Path | None:
+    """Close the vault beside a published (or, on Ctrl-C, partial) output; delete it on failure."""
+    if vault_writer is None or vault_path is None:
+        return None
+    if ok or interrupted:
+        vault_writer.close()
+        if interrupted:
+            kept = vault_path_for(out)
+            vault_path.rename(kept)
+            return kept
+        return vault_path
+    vault_writer.abort()
+    vault_path.unlink(missing_ok=True)
+    return None
