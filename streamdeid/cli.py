@@ -288,7 +288,7 @@ def keygen(key_file: str) -> None:
 def export_key(key_file: str, vault: str, track: int, output: str) -> None:
     """Write a key that opens only one track of one video (selective disclosure)."""
     from .keys import MasterKey, export_track_key
-    from .recovery import load_recovery_key
+    from .restore import load_recovery_key
     from .vault import VaultReader
 
     master = load_recovery_key(key_file)

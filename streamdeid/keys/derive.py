@@ -40,7 +40,7 @@ def _hkdf(ikm: bytes, *, info: bytes, salt: bytes | None = None, length: int = K
     return HKDF(algorithm=hashes.SHA256(), length=length, salt=salt, info=info).derive(ikm)
 
 
-def _as_master(master) -> bytes:
+def as_master(master) -> bytes:
     """Raw bytes of a master key given as ``MasterKey`` or 32 bytes."""
     if isinstance(master, (bytes, bytearray, memoryview)):
         raw = bytes(master)
@@ -88,7 +88,7 @@ def new_video_id() -> bytes:
 def track_key(master, video_id: bytes, track_id: int) -> bytes:
     """The 32-byte key of one track of one video."""
     info = PREFIX + b"track/" + str(check_track_id(track_id)).encode("ascii")
-    return _hkdf(_as_master(master), salt=check_video_id(video_id), info=info)
+    return _hkdf(as_master(master), salt=check_video_id(video_id), info=info)
 
 
 def vault_key(track_key: bytes) -> bytes:
@@ -136,25 +136,25 @@ def kria_vector(track_key: bytes, dim: int) -> np.ndarray:
 
 def key_check(master, video_id: bytes) -> bytes:
     """16-byte value in the vault header: does this master key open this video's vault?"""
-    return _hkdf(_as_master(master), salt=check_video_id(video_id), info=PREFIX + b"key-check", length=CHECK_LEN)
+    return _hkdf(as_master(master), salt=check_video_id(video_id), info=PREFIX + b"key-check", length=CHECK_LEN)
 
 
 def header_mac_key(master, video_id: bytes) -> bytes:
     """HMAC-SHA256 key authenticating a vault header."""
-    return _hkdf(_as_master(master), salt=check_video_id(video_id), info=PREFIX + b"header-mac")
+    return _hkdf(as_master(master), salt=check_video_id(video_id), info=PREFIX + b"header-mac")
 
 
 def end_key(master, video_id: bytes) -> bytes:
     """AES-256-GCM key of a vault's final "end" record."""
-    return _hkdf(_as_master(master), salt=check_video_id(video_id), info=PREFIX + b"vault-end")
+    return _hkdf(as_master(master), salt=check_video_id(video_id), info=PREFIX + b"vault-end")
 
 
 def fingerprint_key(master) -> bytes:
     """HMAC-SHA256 key of the source fingerprint in a vault's clear header: without the master key,
     holding a candidate original does not confirm that the vault was made from it."""
-    return _hkdf(_as_master(master), info=PREFIX + b"source-fingerprint")
+    return _hkdf(as_master(master), info=PREFIX + b"source-fingerprint")
 
 
 def key_id(master) -> str:
     """Short printable name of a master key (16 hex digits); reveals nothing about it."""
-    return _hkdf(_as_master(master), info=PREFIX + b"key-id", length=8).hex()
+    return _hkdf(as_master(master), info=PREFIX + b"key-id", length=8).hex()

@@ -8,7 +8,7 @@ from ..config import PipelineConfig
 from ..live import LiveConfig, run_live
 from ..render import FrameRenderer
 from ..types import StreamdeidError
-from ..vault_glue import vault_path_for
+from ..vault import vault_path_for
 from .result import RunResult, track_observers
 
 

@@ -22,7 +22,7 @@ from ..pipeline import build_renderer
 from ..render import FrameRenderer
 from ..summary import RunSummary
 from ..types import StreamdeidError
-from ..vault_glue import vault_path_for
+from ..vault import vault_path_for
 from ..video.images import is_image, list_media
 from ..video.stream_writer import is_stream_output
 from .models import Models
@@ -143,7 +143,7 @@ class Runner:
 
     def _live(self, src: str, dst: str | Path | None) -> RunResult:
         """Without a key file the keys are ephemeral (never stored): DBAF still gets one key per track."""
-        from ..vault_glue import segment_vault_factory
+        from .recording import segment_vault_factory
         from .live import check_live_output, run_live_feed
 
         out = check_live_output(dst)

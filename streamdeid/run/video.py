@@ -22,7 +22,8 @@ from ..render import FrameRenderer
 from ..summary import RunSummary
 from ..threads import ThreadedSink, threaded_source
 from ..types import StreamdeidError
-from ..vault_glue import VaultRecorder, open_vault_writer, pipeline_meta, vault_path_for, vault_quality, video_id_tag
+from ..vault import vault_path_for, video_id_tag
+from .recording import VaultRecorder, open_vault_writer, pipeline_meta, vault_quality
 from ..video.reader import open_source
 from ..video.stream_writer import StreamWriter
 from ..video.writer import VideoWriter

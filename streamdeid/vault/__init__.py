@@ -23,6 +23,7 @@ The byte layout is documented in :mod:`streamdeid.vault.format`.
 from .format import ALGORITHMS, MAGIC, VERSION, MaskParams
 from .reader import VaultDamage, VaultReader, VaultRecord
 from .header import source_fingerprint
+from .naming import read_video_id_tag, vault_path_for, video_id_tag
 from .writer import VaultWriter
 
 __all__ = [
@@ -34,5 +35,8 @@ __all__ = [
     "VaultReader",
     "VaultRecord",
     "VaultWriter",
+    "read_video_id_tag",
     "source_fingerprint",
+    "vault_path_for",
+    "video_id_tag",
 ]

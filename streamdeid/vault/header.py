@@ -28,7 +28,7 @@ def master_bytes(master_key) -> bytes:
         raise StreamdeidError("writing a vault needs the master key, not a track key")
     if isinstance(master_key, MasterKey):
         return master_key.key_bytes
-    return derive._as_master(master_key)
+    return derive.as_master(master_key)
 
 
 def parse_video_id(value) -> bytes:

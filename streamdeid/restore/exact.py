@@ -1,6 +1,6 @@
 """Exact recovery: put back, with a key, what each paste changed.
 
-What a run records is vault_glue.py (``VaultRecorder``: per face, the touched rectangle, its original
+What a run records is run/recording.py (``VaultRecorder``: per face, the touched rectangle, its original
 pixels and which of them the face owns). At recover time ``restore_frame`` copies the owned original
 pixels back, so with a lossless anonymized video the face regions come back bit-identical. The run's
 keys are keys/run.py.
@@ -16,9 +16,9 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from .keys import KeyFile, load_key
-from .types import StreamdeidError
-from .vault import VaultReader, VaultRecord
+from ..keys import KeyFile, load_key
+from ..types import StreamdeidError
+from ..vault import VaultReader, VaultRecord
 
 __all__ = ["load_recovery_key", "prefetch", "records_by_frame", "restore_frame"]
 

@@ -1,6 +1,6 @@
-"""Vault glue: what a run writes into its recovery vault (``VaultRecorder``, one vault per live segment),
-and how an output names its vault (``vault_path_for``, the video id tag). The vault format itself is
-streamdeid/vault/; recovery (putting faces back) is recovery.py.
+"""What a run writes into its recovery vault (``VaultRecorder``; one vault per live segment). How an output
+names its vault and the video id tag are vault/naming.py, the vault format streamdeid/vault/, recovery
+(putting faces back) streamdeid/restore/.
 
 At run time ``VaultRecorder`` stores, per anonymized face, the frame rectangle the paste touched, the
 original pixels there, and which of them this face *owns* (a mask beside the crop, stored exactly;
@@ -13,34 +13,15 @@ from __future__ import annotations
 from dataclasses import asdict
 from pathlib import Path
 
-from .anonymizers import Anonymizer, reversible_method
-from .config import OutputConfig, PipelineConfig
-from .files import sha256_file
-from .keys import RunKeys
-from .render import PastedFace
-from .types import Frame, FrameResult, StreamdeidError
-from .vault import MaskParams, VaultWriter, source_fingerprint
-from .video.encoding import is_lossless
-from .video.planes import cut as cut_planes
-
-VIDEO_ID_TAG = "comment"  # container tag that names the vault's video id in the output
-VIDEO_ID_PREFIX = "streamdeid-video-id:"
-
-
-def vault_path_for(output: Path) -> Path:
-    return output.with_name(output.name + ".sdv")
-
-
-def video_id_tag(video_id: bytes) -> dict[str, str]:
-    return {VIDEO_ID_TAG: VIDEO_ID_PREFIX + video_id.hex()}
-
-
-def read_video_id_tag(metadata: dict[str, str]) -> str | None:
-    for key, value in metadata.items():
-        if key.lower() == VIDEO_ID_TAG and value.startswith(VIDEO_ID_PREFIX):
-            return value[len(VIDEO_ID_PREFIX):]
-    return None
-
+from ..anonymizers import Anonymizer, reversible_method
+from ..config import OutputConfig, PipelineConfig
+from ..files import sha256_file
+from ..keys import RunKeys
+from ..render import PastedFace
+from ..types import Frame, FrameResult, StreamdeidError
+from ..vault import MaskParams, VaultWriter, source_fingerprint, vault_path_for, video_id_tag
+from ..video.encoding import is_lossless
+from ..video.planes import cut as cut_planes
 
 class VaultRecorder:
     """Observer for ``process_frames``: appends one vault record per pasted face.

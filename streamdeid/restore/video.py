@@ -1,6 +1,6 @@
 """``recover``: put the original faces of an anonymized video back from its vault, with a key.
 
-Exact mode copies the stored original pixels back (``recovery.restore_frame``); model mode (dbaf
+Exact mode copies the stored original pixels back (``exact.restore_frame``); model mode (dbaf
 outputs, also ``--no-crops`` vaults) regenerates each face with G(x_ano, P_track) (``_ModelRestore``).
 """
 
@@ -13,15 +13,15 @@ import cv2
 import numpy as np
 from tqdm import tqdm
 
-from .anonymizers import dbaf_recover_crops
-from .config import PipelineConfig
-from .files import refuse_same_file
-from .recovery import load_recovery_key, prefetch, records_by_frame, restore_frame
-from .types import Frame, StreamdeidError
-from .vault import VaultReader
-from .vault_glue import read_video_id_tag, vault_path_for
-from .video.reader import open_source
-from .video.writer import VideoWriter
+from ..anonymizers import dbaf_recover_crops
+from ..config import PipelineConfig
+from ..files import refuse_same_file
+
+from ..types import Frame, StreamdeidError
+from ..vault import VaultReader, read_video_id_tag, vault_path_for
+from ..video.reader import open_source
+from ..video.writer import VideoWriter
+from .exact import load_recovery_key, prefetch, records_by_frame, restore_frame
 
 
 @dataclass
@@ -71,7 +71,7 @@ def recover(anonymized: str, dst: str | Path, *, key_file: str, vault: str | Pat
     key = load_recovery_key(key_file)
     generator = None
     if mode == "model":
-        from .anonymizers.dbaf import DBAFAnonymizer
+        from ..anonymizers.dbaf import DBAFAnonymizer
 
         generator = DBAFAnonymizer(model, backend, threads=config.anonymize.threads)
     with VaultReader(vault_path) as reader, open_source(str(src)) as source:
@@ -136,7 +136,7 @@ class _ModelRestore:
 
     def __init__(self, generator, key, reader: VaultReader, notes: list[str]) -> None:
         from .blend import face_mask
-        from .config import BlendConfig
+        from ..config import BlendConfig
         from .keys import MasterKey
 
         self.generator = generator
@@ -153,7 +153,7 @@ class _ModelRestore:
         self._legacy_generated = method == generator.name  # records without the generated flag
         want = (meta.get("model") or {}).get("sha256")
         if want and generator.model_path is not None:
-            from .files import sha256_file
+            from ..files import sha256_file
 
             if sha256_file(generator.model_path) != want:
                 notes.append(f"{generator.model_path} is not the model file the run used "
@@ -182,7 +182,7 @@ class _ModelRestore:
 
     def __call__(self, frame: Frame, records) -> None:
         from .blend import blend_into, warp_to_frame
-        from .types import FaceContext
+        from ..types import FaceContext
 
         image = frame.image
         h, w = image.shape[:2]
