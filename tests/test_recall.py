@@ -191,5 +191,5 @@ def test_defaults_on_a_synthetic_crowd(media: Path, tmp_path: Path):
 # Floors for the synthetic crowd test, just under what the defaults measured on this crowd with the still
 # passes (streamdeid.detect.still; 16-24 px: 40/42, 24-40: 35/35, 40-80: 35/35; with the video passes alone
 # 35/42, 34/35, 35/35; the landed defaults before the small-face scan covered about a quarter of its 16-24 px
-# faces). See README, "Recall".
+# faces). See docs/recall.md.
 MIN_CROWD_RECALL = {"16-24": 0.92, "24-40": 0.97, "40-80": 0.97}

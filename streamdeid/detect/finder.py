@@ -2,7 +2,7 @@
 
 One backend call at one scale misses faces that are dark, soft or small
 (measured with ``benchmarks/recall.py`` against references the pipeline does
-not run; figures in README). ``FaceFinder`` adds three cheap remedies:
+not run; figures in docs/recall.md). ``FaceFinder`` adds three cheap remedies:
 
 * **Exposure**: a dark frame is brightened with a gamma curve before detection
   (one LUT). YuNet scores under-exposed faces low: on short_hamilton_clip.mp4's

@@ -28,7 +28,7 @@ buttons, watches and chandelier lamps in high-resolution photos (obama.jpg: 45
 boxes for one face); the closer look removes most of those and few faces. CenterFace's boxes
 skip the closer look (YuNet's closer look cannot confirm the faces only CenterFace finds): one it
 puts where no YuNet box is, is added as it is.
-Measured in README ("Recall", stills) and by benchmarks/still_passes.py.
+Measured in docs/recall.md and by benchmarks/still_passes.py.
 Candidates down to a third of the threshold rather than a half: 12-16 px faces
 93% -> 95-96%, 3.7 s -> 5.5 s a 1280x720 still (most of it the closer look).
 """
