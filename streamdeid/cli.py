@@ -116,6 +116,7 @@ def main(verbose: bool) -> None:
 @click.option("--keep", "keep", multiple=True, type=click.Path(exists=True), help="Reference photo (one face) or folder of photos of a person who stays visible; repeatable. Everyone else is anonymized. A track is left visible only after 3 detected frames in a row match (SFace >= 0.6) and is covered again at the first frame that does not.")
 @click.option("--only", "only", multiple=True, type=click.Path(exists=True), help="Reference photo or folder: only people who match are anonymized; repeatable. Everyone else stays visible once 3 detected frames in a row clearly do not match (SFace < 0.3); a track that matches once is anonymized for good, an undecided one is anonymized.")
 @click.option("--export-tracks", type=click.Path(dir_okay=False), help="Write a JSONL audit log: per frame and track, box, score, state, method (kept: left visible by --keep/--only); at the end one line per judged track with its decision and evidence.")
+@click.option("--edits", type=click.Path(dir_okay=False), default=None, help="A reviewer's corrections (JSON, docs/edits.md): boxes of faces the run missed, covered from that frame and followed like detected faces, and boxes of covers that are not faces, whose tracks are not drawn. For one video file, the one the edits were made on.")
 @click.option("--report", "report", type=click.Path(dir_okay=False), default=None, help="Write a JSON report: per file input, output, vault, status (ok, failed, skipped), error, frames, faces, tracks, seconds; and totals. Written also when files failed.")
 @click.option("--skip-existing", is_flag=True, help="Folder input: resume a run by skipping each file whose output (and, with --key-file, its vault) is complete and verified; an output a crash left incomplete is redone.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
@@ -318,6 +319,54 @@ def inspect(vault: str) -> None:
 
 
 main.add_command(batch_command(run))  # built on run's options, so after run
+
+
+@main.command()
+@click.argument("output", metavar="OUT", type=click.Path(exists=True, dir_okay=False))
+@click.option("--source", type=click.Path(exists=True, dir_okay=False), help="The run's input: the original faces beside the covered ones, and the tracks when there is no audit log.")
+@click.option("--tracks", "tracks", type=click.Path(exists=True, dir_okay=False), help="The run's audit log (run --export-tracks). Default: OUT.tracks.jsonl, STEM.tracks.jsonl, STEM_tracks.jsonl or STEM.jsonl beside OUT; else the tracks are found again on --source.")
+@click.option("--key-file", type=click.Path(exists=True, dir_okay=False), help="Master key: without --source, the original faces come from OUT's vault.")
+@click.option("--edits", "edits", type=click.Path(dir_okay=False), help="Where Save writes the corrections. Default: OUT.edits.json.")
+@click.option("--no-browser", is_flag=True, help="Print the URL only; do not open a browser.")
+@click.option("--no-scan", is_flag=True, help="Skip the second opinion (CenterFace on sampled output frames).")
+@click.option("--port", type=click.IntRange(0, 65535), default=0, show_default=True, help="Port on 127.0.0.1 (0: a free one).")
+@click.option("--threshold", type=click.FloatRange(0.05, 0.99), default=None, help="Tracking pass (no audit log): the run's --threshold.")
+@click.option("--detect-every", type=click.IntRange(min=1), default=None, help="Tracking pass: the run's --detect-every (give 1 for a dbaf run).")
+@click.option("--detect-size", type=click.IntRange(min=0), default=None, help="Tracking pass: the run's --detect-size.")
+@click.option("--min-face", type=click.IntRange(min=0), default=None, help="Tracking pass: the run's --min-face.")
+@click.option("--hold", type=click.FloatRange(min=0), default=None, help="Tracking pass: the run's --hold.")
+@click.option("--remember", type=click.FloatRange(min=0), default=None, help="Tracking pass: the run's --remember.")
+@click.option("--lookahead", type=click.FloatRange(min=0), default=None, help="Tracking pass: the run's --lookahead.")
+def review(output: str, source: str | None, tracks: str | None, key_file: str | None, edits: str | None,
+           no_browser: bool, no_scan: bool, port: int, **detection) -> None:
+    """Review OUT in a local web page before it is published.
+
+    The output plays with a timeline of its tracks, each track's covered
+    face (and the original, from --source or the vault), the run's facts,
+    and flags to look at first: faces a second detector finds left
+    visible, covers that look empty. Draw a box on a face the run missed,
+    mark a cover that is no face, and Save: OUT.edits.json, for
+    `streamdeid run IN --edits OUT.edits.json`.
+
+    \b
+    Served on 127.0.0.1 only, with a random token in the URL; Ctrl-C stops it.
+    Needs the review extra: pip install "streamdeid[review]".
+    """
+    from .review import ReviewSettings, run_review
+    from .run.options import RUN_OPTIONS
+
+    config = pipeline_config({**detection, "no_progress": True}, RUN_OPTIONS)
+    settings = ReviewSettings(output=Path(output), source=Path(source) if source else None,
+                              tracks=Path(tracks) if tracks else None, key_file=Path(key_file) if key_file else None,
+                              edits=Path(edits) if edits else None, config=config, scan=not no_scan)
+
+    def echo(line: str) -> None:
+        if line.startswith("streamdeid: review page"):  # the URL alone on stdout, for scripts
+            click.echo(line.rsplit(" ", 1)[-1])
+            sys.stdout.flush()
+        click.echo(line, err=True)
+
+    run_review(settings, browser=not no_browser, echo=echo, port=port)
 
 if __name__ == "__main__":
     main()

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 
 from .anonymizers.base import Anonymizer
 from .config import PipelineConfig
+from .edits.apply import EditPlan
 from .lookahead import LookaheadBuffer
 from .render import FrameRenderer, PastedFace
 from .selection import SelectStage
@@ -54,7 +55,10 @@ class Pipeline:
     at once (1). ``admit``: asked for each frame leaving the look-ahead; False drops it whole, unrendered
     and never emitted (a live frame already past its latency bound). ``scan_gate``: see ``FaceStage``.
     ``render_thread``: render, tell the observers and emit on a thread of the pipeline's own, in order
-    (``emit`` and the observers are then called from that thread). YuNet and the encoder release the GIL,
+    (``emit`` and the observers are then called from that thread). ``edits``: a reviewer's corrections
+    (--edits, edits/apply.py): added boxes go into FaceStage's detections; each removal is decided as its
+    frame leaves the look-ahead (its faces final) and the removed tracks' faces are moved to ``kept`` just
+    before rendering, after --keep/--only. YuNet and the encoder release the GIL,
     so on two cores the detector of later frames runs beside the render of earlier ones: the crowd pan of
     benchmarks/crowd.py went from 14.5 to 12.4 s; the frames are identical.
     """
@@ -62,12 +66,15 @@ class Pipeline:
     def __init__(self, config: PipelineConfig, renderer: FrameRenderer, *, fps: float, emit: Emit,
                  summary: RunSummary, observers: Iterable[FrameObserver] = (), lookahead_frames: int | None = None,
                  batch_frames: int | None = None, admit: Callable[[FrameResult], bool] | None = None,
-                 scan_gate: Callable[[], bool] | None = None, render_thread: bool = False) -> None:
+                 scan_gate: Callable[[], bool] | None = None, render_thread: bool = False,
+                 edits: EditPlan | None = None) -> None:
         if lookahead_frames is None:
             lookahead_frames = round(config.lookahead_seconds * fps)
         self.buffer = LookaheadBuffer(lookahead_frames, match_templates=config.track.match_templates)
         self.faces = FaceStage(config, fps, guarded=renderer.guard is not None,
-                               lookahead_frames=self.buffer.capacity, scan_gate=scan_gate)
+                               lookahead_frames=self.buffer.capacity, scan_gate=scan_gate,
+                               added=edits.adds if edits is not None else None)
+        self.edits = edits
         self.render = RenderStage(renderer, observers, summary)
         self.select = SelectStage(config.select, fps, finder=self.faces.finder) if config.select.mode else None
         self.summary = summary
@@ -117,6 +124,8 @@ class Pipeline:
                 self.summary.selection = self.select.line()
                 self.summary.decisions = {t: ev.summary() for t, ev in self.select.selector.tracks.items()}
             self.summary.scans_skipped = self.faces.scans_skipped
+            if self.edits is not None:
+                self.edits.finish()
 
     def run(self, items: Iterable[object], passthrough: Callable[[object], None]) -> None:
         """Push every Frame of ``items``; hand anything else (audio packets) to ``passthrough`` as it comes.
@@ -133,6 +142,8 @@ class Pipeline:
             self.finish()
 
     def _take(self, result: FrameResult) -> None:
+        if self.edits is not None:
+            self.edits.resolve(result)  # its faces are final here: every back-fill into it is done
         if self.admit is not None and not self.admit(result):
             return
         self._pending.append(result)
@@ -145,6 +156,9 @@ class Pipeline:
         if self.select is not None:
             for result in self._pending:
                 self.select.split(result)  # with all the evidence gathered so far (look-ahead included)
+        if self.edits is not None:
+            for result in self._pending:
+                self.edits.apply(result)  # after split, which sets ``kept`` anew
         if self._renderer is not None:
             self._renderer.put(list(self._pending))
         else:

@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 
 import numpy as np
@@ -15,6 +15,7 @@ import numpy as np
 from .config import PipelineConfig, detect_cadence
 from .detect.closer import AGREE_IOU, CloserLook, GuessCheck, frame_scale_look
 from .detect.finder import ODD_SIZE_RATIO, FaceFinder, concat, holds_a_centre, merge, odd_boxes, typical_sizes
+from .edits.apply import with_added
 from .render import FrameRenderer, PastedFace
 from .scenecut import SceneCutDetector
 from .summary import RunSummary, StageTimes
@@ -64,12 +65,16 @@ class FaceStage:
     """
 
     def __init__(self, config: PipelineConfig, fps: float, *, guarded: bool = False,
-                 lookahead_frames: int | None = None, scan_gate: Callable[[], bool] | None = None) -> None:
+                 lookahead_frames: int | None = None, scan_gate: Callable[[], bool] | None = None,
+                 added: Mapping[int, np.ndarray] | None = None) -> None:
         """``guarded``: the renderer runs a leak guard (sets the default cadence, see DetectConfig.every).
         ``lookahead_frames``: the look-ahead buffer behind this stage; when it is too short to back-fill
         the frames a weak track waits for its confirmation, weak tracks are reported at once.
         ``scan_gate``: asked before a due small-face scan (live runs: is there time for it?); each refusal
-        is counted in ``scans_skipped`` and the scan is tried again at the next detector run."""
+        is counted in ``scans_skipped`` and the scan is tried again at the next detector run.
+        ``added``: {frame index: [K, 4] boxes} a reviewer added (--edits, edits/apply.py): that frame gets a
+        detector run whatever the cadence, and its boxes join the run's detections as sure faces."""
+        self.added = added or {}
         self.finder = FaceFinder(config.detect)
         self.every = detect_cadence(config, guarded)
         self.idle_every = max(self.every, config.detect.idle_every)
@@ -107,7 +112,8 @@ class FaceStage:
             self.smallest_face = self.finder.smallest_face(w, h)
         provisional = None
         blind_below = 0.0
-        if cut or self._countdown <= 0:
+        added = self.added.get(frame.index)
+        if cut or self._countdown <= 0 or added is not None:
             scan = cut or self._since_scan >= self.scan_every
             if scan and not cut and self.scan_gate is not None and not self.scan_gate():
                 scan = False
@@ -115,12 +121,15 @@ class FaceStage:
             dets = self.finder.find(frame.image, scan=scan)
             if self._odd_look is not None and len(dets):
                 dets = self._without_odd(dets, frame.image)
+            forced = np.zeros(len(dets), bool)
+            if added is not None:  # a reviewer's boxes: sure faces, never provisional (edits/apply.py)
+                dets, forced = with_added(dets, added)
             h, w = frame.image.shape[:2]
             floor = self.finder.fast_floor(w, h)
             if not scan:
                 blind_below = floor  # the fast pass alone: a small face it missed was not looked for (tracker.py)
             if self.defer_small and len(dets):
-                provisional = self._provisional(dets, scan, floor)
+                provisional = self._provisional(dets, scan, floor) & ~forced
                 if self._weak_look is not None:
                     provisional = self._looked_at(provisional, dets, frame.image)
             if scan:

@@ -81,6 +81,7 @@ class RunOptions:
     skip_existing: bool = False  # folders and batches: skip a finished output, redo a half-written one
     live: LiveConfig = field(default_factory=LiveConfig)  # settings of a live feed
     force_live: bool = False  # treat any input as live (a live pipe on stdin); URLs and devices always are
+    edits: str | None = None  # --edits: a reviewer's corrections to one video's run (docs/edits.md)
 
     def is_live(self, src: str) -> bool:
         """A live feed: a URL or a capture device, or any input with ``force_live`` (a live pipe on stdin)."""
@@ -98,7 +99,7 @@ def run_options(options: dict[str, Any]) -> RunOptions:
     return RunOptions(config, key_file=options.get("key_file"), new_key=bool(options.get("new_key")),
                       vault=not options.get("no_vault"), store_crops=not options.get("no_crops"),
                       skip_existing=bool(options.get("skip_existing")), live=live_config(options),
-                      force_live=bool(options.get("force_live")))
+                      force_live=bool(options.get("force_live")), edits=options.get("edits"))
 
 
 def batch_options(options: dict[str, Any]) -> RunOptions:

@@ -86,6 +86,8 @@ class Runner:
         """Anonymize ``src`` (a video file, an image, a folder of them, ``-`` for stdin, or a live feed) into
         ``dst`` (default: beside the input, see ``default_output``)."""
         o = self.options
+        if o.edits is not None:
+            _refuse_edits(src, o)
         if o.is_live(src):
             if o.skip_existing:
                 raise StreamdeidError("--skip-existing resumes a folder run, not a live feed")
@@ -131,10 +133,30 @@ class Runner:
     def _video(self, src: str, out: Path | str) -> RunResult:
         from .video import run_video
 
+        edits = self._edits(src)  # read and checked against the video before any output exists
         keys = self.next_keys()
         renderer = self.renderer(keys)  # loads the model: fails before any output exists
+        plan = None
+        if edits is not None:
+            from ..edits import decide_removals
+            from .video import track_pass
+
+            plan = decide_removals(edits, lambda first: track_pass(src, self.config, renderer, first))
         return run_video(src, out, self.config, renderer, keys, vault_path=self.vault_for(src, out),
-                         store_crops=self.options.store_crops)
+                         store_crops=self.options.store_crops, edits=plan)
+
+    def _edits(self, src: str):
+        """The --edits file (None without one), refused when it was made on another video than ``src``."""
+        if self.options.edits is None:
+            return None
+        from ..edits import check_source, load_edits
+        from ..video.reader import open_source
+
+        edits = load_edits(self.options.edits)
+        with open_source(src) as source:  # the header's frame count only: an estimate is no check
+            frames = int(source.video_stream.frames or 0) or None
+            check_source(edits, frames, source.width, source.height, Path(src).name)
+        return edits
 
     def _still(self, src: Path, out: Path) -> RunResult:
         from .still import run_still
@@ -187,6 +209,16 @@ class Runner:
         output = dataclasses.replace(self.config.output, overwrite=True)
         options = dataclasses.replace(self.options, config=dataclasses.replace(self.config, output=output))
         return self.with_options(options)
+
+
+def _refuse_edits(src: str, options: RunOptions) -> None:
+    """--edits correct one video file's run: not a live feed, stdin, a folder or a still image."""
+    what = ("a live feed" if options.is_live(src) else "stdin" if src == "-" else
+            "a folder" if Path(src).is_dir() else "an image" if is_image(src) else None)
+    if what is not None:
+        raise StreamdeidError(f"--edits corrects the run of one video file, not {what}")
+    if options.skip_existing:
+        raise StreamdeidError("--edits corrects the run of one video file; --skip-existing is for folders")
 
 
 def file_outcome(src: str, result: RunResult) -> FileOutcome:

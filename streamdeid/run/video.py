@@ -6,6 +6,7 @@ decides everything around it (renderer, keys, whether and where a vault is writt
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -14,7 +15,8 @@ from pathlib import Path
 from tqdm import tqdm
 
 from ..anonymizers import reversible_method
-from ..config import PipelineConfig
+from ..config import PipelineConfig, SelectConfig
+from ..edits import EditPlan
 from ..keys import RunKeys
 from ..pipeline import Pipeline
 from ..redact import redact
@@ -33,9 +35,10 @@ log = logging.getLogger(__name__)
 
 
 def run_video(src: str, out: Path | str, config: PipelineConfig, renderer: FrameRenderer, keys: RunKeys, *,
-              vault_path: Path | None, store_crops: bool) -> RunResult:
+              vault_path: Path | None, store_crops: bool, edits: EditPlan | None = None) -> RunResult:
     """``out``: a file path, or ``-``/a URL (stdout or a push, never with a vault). ``renderer`` is built
-    (its model loaded) before this is called, so a missing model fails before any output exists."""
+    (its model loaded) before this is called, so a missing model fails before any output exists.
+    ``edits``: a reviewer's corrections (--edits), its removals decided by ``track_pass``."""
     if vault_path is not None and vault_path.exists() and not config.output.overwrite:
         raise StreamdeidError(f"{vault_path} exists; pass --overwrite to replace it")
     reversible = reversible_method(renderer.anonymizer)
@@ -61,7 +64,7 @@ def run_video(src: str, out: Path | str, config: PipelineConfig, renderer: Frame
             raise
         ok = False
         try:
-            ok = _run_pipeline(src, source, writer.write, config, renderer, observers, summary)
+            ok = _run_pipeline(src, source, writer.write, config, renderer, observers, summary, edits)
             if summary.interrupted:
                 kept = writer.abort_keep_partial()  # None for a stream: what was sent is sent
                 out = out if kept is None else Path(kept)
@@ -83,7 +86,7 @@ def _open_writer(out: Path | str, source, config: PipelineConfig, keys: RunKeys)
 
 
 def _run_pipeline(src: str, source, write, config: PipelineConfig, renderer: FrameRenderer,
-                  observers: list, summary: RunSummary) -> bool:
+                  observers: list, summary: RunSummary, edits: EditPlan | None = None) -> bool:
     """Decode, the ``Pipeline`` and encode on four threads. True: every frame was written; False: Ctrl-C
     (``summary.interrupted``; the frames already taken are written, the caller keeps the partial output)."""
     bar = tqdm(total=source.frame_count, unit="frame", disable=not config.progress,
@@ -97,7 +100,7 @@ def _run_pipeline(src: str, source, write, config: PipelineConfig, renderer: Fra
     t0 = time.perf_counter()
     try:
         pipeline = Pipeline(config, renderer, fps=float(source.average_rate or 25), emit=emit,
-                            observers=observers, summary=summary, render_thread=True)
+                            observers=observers, summary=summary, render_thread=True, edits=edits)
         pipeline.run(threaded_source(source, threading.Event(), summary.times), sink.put)
         sink.close()
         return True
@@ -108,6 +111,21 @@ def _run_pipeline(src: str, source, write, config: PipelineConfig, renderer: Fra
     finally:
         summary.seconds = time.perf_counter() - t0
         bar.close()
+
+
+def track_pass(src: str, config: PipelineConfig, renderer: FrameRenderer, edits: EditPlan) -> None:
+    """``src`` through the pipeline ``run_video`` builds, detecting and tracking only: every frame is dropped
+    as it leaves the look-ahead (``admit``), after ``edits`` decided its removals (--edits: the output run then
+    knows every removed track from its first frame). Nothing is rendered, written or judged (--keep/--only
+    do not change tracks). Ctrl-C stops it before any output exists."""
+    quiet = dataclasses.replace(config, select=SelectConfig(), export_tracks=None)
+    t0 = time.perf_counter()
+    with open_source(src) as source:
+        summary = RunSummary()
+        pipeline = Pipeline(quiet, renderer, fps=float(source.average_rate or 25), emit=lambda _r, _p: None,
+                            summary=summary, admit=lambda _r: False, edits=edits)
+        pipeline.run(threaded_source(source, threading.Event(), summary.times), lambda _item: None)
+    log.info("edits: removals decided in a tracking pass over %s (%.1f s)", redact(src), time.perf_counter() - t0)
 
 
 def _finish_vault(vault_writer, vault_path: Path | None, ok: bool, interrupted: bool, out: Path) -> Path | None:

@@ -1,0 +1,135 @@
+"""Where the review page's tracks come from.
+
+1. The run's audit log (``streamdeid run --export-tracks X.jsonl``, streamdeid/audit.py): one line per
+   frame and track with its box, score, state and method, then one line per --keep/--only decision. It
+   is taken from ``--tracks``, else from beside the output (``find_audit_log``). These are the run's own
+   covers, exactly.
+2. Without one, and with ``--source``: detection and tracking run again, in process, on the source
+   (``track_source``: ``FaceStage`` and the look-ahead's back-fill, as ``Pipeline`` runs them). The run is
+   deterministic, so with the run's detection options (review takes the same flags: --threshold,
+   --detect-every, --detect-size, --min-face, --hold, --remember, --lookahead) these are the run's tracks;
+   what --keep/--only left visible is not replayed (their evidence is in the audit log).
+
+A cover's box is the tracked box; the pasted region is that box grown by the mask's margin and feather.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..config import PipelineConfig
+from ..types import StreamdeidError
+
+# Looked for beside OUT (in this order) when --tracks is not given: OUT.tracks.jsonl, then STEM.tracks.jsonl,
+# STEM_tracks.jsonl and STEM.jsonl, where STEM is OUT without its extension.
+AUDIT_NAMES = ("{name}.tracks.jsonl", "{stem}.tracks.jsonl", "{stem}_tracks.jsonl", "{stem}.jsonl")
+
+
+@dataclass
+class Cover:
+    """One track on one frame."""
+
+    frame: int
+    track: int
+    box: tuple[float, float, float, float]  # x1 y1 x2 y2, source pixels
+    score: float
+    state: str  # detected | held | backfilled
+    method: str = ""  # the anonymizer that pasted it (audit log only); "kept": left visible; "none": nothing
+    matched: bool = False  # held/back-filled on the face's own pixels (template found), not widened
+
+
+@dataclass
+class Tracks:
+    covers: list[Cover]
+    origin: str  # "audit log PATH" | "tracking pass on SOURCE"
+    decisions: dict[int, dict] = field(default_factory=dict)  # --keep/--only, from the audit log
+    seconds: float = 0.0  # the tracking pass's time (0 for an audit log)
+
+    def by_frame(self) -> dict[int, list[Cover]]:
+        out: dict[int, list[Cover]] = {}
+        for c in self.covers:
+            out.setdefault(c.frame, []).append(c)
+        return out
+
+    def by_track(self) -> dict[int, list[Cover]]:
+        out: dict[int, list[Cover]] = {}
+        for c in self.covers:
+            out.setdefault(c.track, []).append(c)
+        return out
+
+
+def find_audit_log(output: Path) -> Path | None:
+    for pattern in AUDIT_NAMES:
+        candidate = output.with_name(pattern.format(name=output.name, stem=output.stem))
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def read_audit_log(path: Path) -> Tracks:
+    covers: list[Cover] = []
+    decisions: dict[int, dict] = {}
+    try:
+        with open(path, encoding="utf-8") as fh:
+            for n, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line)
+                    if "decision" in rec:
+                        decisions[int(rec["track"])] = rec["decision"]
+                        continue
+                    box = tuple(float(v) for v in rec["box"])
+                    if len(box) != 4:
+                        raise ValueError("box")
+                    covers.append(Cover(int(rec["frame"]), int(rec["track"]), box, float(rec["score"]),
+                                        str(rec["state"]), str(rec.get("method", "")), bool(rec.get("matched"))))
+                except (ValueError, KeyError, TypeError) as exc:
+                    raise StreamdeidError(f"{path}:{n}: not an audit log line of `streamdeid run --export-tracks` "
+                                          f"({type(exc).__name__}: {exc})") from None
+    except OSError as exc:
+        raise StreamdeidError(f"cannot read {path}: {exc.strerror or exc}") from None
+    return Tracks(covers, f"audit log {path}", decisions)
+
+
+def track_source(source: str, config: PipelineConfig, progress: Callable[[int], None] | None = None) -> Tracks:
+    """Detection + tracking + back-fill on ``source`` in process: the run's tracks for these options."""
+    from ..lookahead import LookaheadBuffer
+    from ..stages import FaceStage
+    from ..summary import StageTimes
+    from ..video.reader import open_source
+
+    t0 = time.perf_counter()
+    covers: list[Cover] = []
+    guarded = config.anonymize.method == "dbaf"  # the leak guard sets the default cadence (config.detect_cadence)
+
+    def take(result) -> None:
+        for face in result.faces:
+            b = face.box
+            covers.append(Cover(result.frame.index, int(face.track_id),
+                                (round(float(b[0]), 1), round(float(b[1]), 1), round(float(b[2]), 1), round(float(b[3]), 1)),
+                                round(float(face.score), 4), face.state, matched=bool(face.matched)))
+        if progress is not None:
+            progress(result.frame.index)
+
+    with open_source(source) as src:
+        fps = float(src.average_rate or 25)
+        buffer = LookaheadBuffer(round(config.lookahead_seconds * fps), match_templates=config.track.match_templates)
+        stage = FaceStage(config, fps, guarded=guarded, lookahead_frames=buffer.capacity)
+        times = StageTimes()
+        for frame in src.frames():
+            for ready in buffer.push(stage(frame, times)):
+                take(ready)
+        for ready in buffer.drain():
+            take(ready)
+    return Tracks(covers, f"tracking pass on {source}", seconds=time.perf_counter() - t0)
+
+
+def boxes_array(covers: list[Cover]) -> np.ndarray:
+    return np.array([c.box for c in covers], np.float64).reshape(-1, 4)
