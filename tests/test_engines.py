@@ -110,6 +110,31 @@ def test_torch_backend_matches_onnx(onnx_path, model, tmp_path):
     assert np.array_equal(tb.run(x, p), a)  # same key, same output
 
 
+def test_linked_fp16_export_reads_its_weights_from_the_checkpoint(model, tmp_path):
+    """What ships: one fp16 safetensors copy of the weights, and an ONNX graph that reads them (external
+    data, Cast to float32); both backends then run the same generator, close to the fp32 one."""
+    from streamdeid.models.io import load_checkpoint, tensor_layout
+    from streamdeid.models.onnx_export import export_dbaf, link_weights
+
+    ckpt, graph = tmp_path / "dbaf64.safetensors", tmp_path / "dbaf64.onnx"
+    save_checkpoint(ckpt, model, half=True)
+    assert {t["dtype"] for t in tensor_layout(ckpt).values()} == {"F16"}
+    stored, _ = load_checkpoint(ckpt)
+    assert all(t.dtype == torch.float32 for t in stored.state_dict().values())
+    with pytest.raises(ValueError, match="fold_constants=False"):  # folded constants are not checkpoint tensors
+        link_weights(export_dbaf(stored, graph), ckpt)
+    link_weights(export_dbaf(stored, graph, fold_constants=False), ckpt)
+    inits = onnx.load(str(graph), load_external_data=False).graph.initializer
+    assert inits and all(i.data_location == onnx.TensorProto.EXTERNAL for i in inits)
+    assert graph.stat().st_size < ckpt.stat().st_size
+    x, p = _inputs(model.cfg, 3, seed=7)
+    got = create_backend("onnxrt", graph, intra_op_threads=1).run(x, p)
+    assert np.abs(got - create_backend("torch", ckpt, device="cpu").run(x, p)).max() <= 1e-5
+    with torch.no_grad():
+        fp32 = DBAFRuntime(model)(torch.from_numpy(x), torch.from_numpy(p)).numpy()
+    assert np.abs(got - fp32).max() <= 1e-2  # fp16 storage: about 1e-3 on the shipped weights
+
+
 def test_create_backend_unknown_name():
     assert set(BACKENDS) == {"onnxrt", "torch", "tensorrt"}
     with pytest.raises(ValueError, match="unknown backend"):

@@ -192,6 +192,14 @@ def test_stage_chain_and_export_roundtrip(tiny_env, tmp_path, monkeypatch):
     monkeypatch.setattr(dbaf_mod, "WEIGHTS_DIR", out)
     assert dbaf_mod.resolve_model_path(None, "onnxrt") == out / "dbaf64.onnx"
     assert dbaf_mod.resolve_model_path(None, "torch") == out / "dbaf64.safetensors"
+    # one fp16 copy of the weights: the ONNX graph reads them from the safetensors, checked with it
+    assert manifest["precision"] == "fp16" and manifest["precision_max_abs"] <= 1e-2
+    assert manifest["models"]["onnxrt"]["weights"]["file"] == "dbaf64.safetensors"
+    weights = (out / "dbaf64.safetensors").read_bytes()
+    (out / "dbaf64.safetensors").write_bytes(weights[:-1] + bytes([weights[-1] ^ 1]))
+    with pytest.raises(StreamdeidError, match="dbaf64.safetensors does not match the sha256"):
+        dbaf_mod.resolve_model_path(None, "onnxrt")
+    (out / "dbaf64.safetensors").write_bytes(weights)
     (out / "dbaf64.onnx").write_bytes((out / "dbaf64.onnx").read_bytes() + b"\0")
     with pytest.raises(StreamdeidError, match="sha256"):
         dbaf_mod.resolve_model_path(None, "onnxrt")

@@ -40,6 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--threads", type=int, help="torch intra-op threads (overrides the config)")
     ap.add_argument("--device", choices=("auto", "cpu", "cuda"), help="overrides the config")
     ap.add_argument("--out", help="prepare: output dir (default RUN/data); export: default RUN/weights")
+    ap.add_argument("--precision", choices=("fp16", "fp32"), default="fp16",
+                    help="export: how the weights are stored (fp16 halves the shipped file)")
     ap.add_argument("--limit", type=int, default=0, help="prepare: only the first N files (smoke runs)")
     ap.add_argument("--resolution", type=int, help="prepare: crop size (default: the config's resolution)")
     return ap
@@ -66,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.stage == "export":
         from .export import export
 
-        export(run, args.out, init=args.init, log=_log)
+        export(run, args.out, init=args.init, precision=args.precision, log=_log)
         return 0
     if not args.data:
         print("--data is required for this stage", file=sys.stderr)

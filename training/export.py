@@ -2,13 +2,17 @@
 
 The output directory (``--out``, default ``RUN/weights``) receives::
 
-    dbaf{R}.safetensors   streamdeid.models.io checkpoint (strict keys/shapes, model_args header)
-    dbaf{R}.onnx          G(x, P) with fixed noise, dynamic batch, parity-checked against torch
-    manifest.json         sha256 and size of both files, model args, source run, licence note,
+    dbaf{R}.safetensors   streamdeid.models.io checkpoint (strict keys/shapes, model_args header): the one
+                          copy of the weights, fp16 unless ``--precision fp32``
+    dbaf{R}.onnx          G(x, P) with fixed noise, dynamic batch: a graph that reads its weights from
+                          dbaf{R}.safetensors (ONNX external data), parity-checked against torch
+    manifest.json         sha256 and size of both files, model args, source run, licence note, precision,
                           and ``models``: the file each runtime backend loads (onnxrt, torch)
 
 ``--out streamdeid/weights`` writes the package's shipped default directly
 (the runtime checks each file against the manifest's sha256 before loading it).
+``--init`` may name an exported ``.safetensors``: re-exporting it keeps its provenance
+(stage, step, source checkpoint, training commit).
 """
 
 from __future__ import annotations
@@ -22,11 +26,12 @@ import torch
 from streamdeid.files import sha256_file
 from streamdeid.models.dbaf import DBAF
 from streamdeid.models.io import load_checkpoint, save_checkpoint
-from streamdeid.models.onnx_export import PARITY_ATOL, check_parity, export_dbaf
+from streamdeid.models.onnx_export import PARITY_ATOL, check_parity, export_dbaf, link_weights
 
 from .trainer import git_commit, latest_state, load_state
 
 MANIFEST_SCHEMA = 1
+PRECISIONS = ("fp16", "fp32")
 EXPORT_ORDER = ("anonymize", "disentangle", "reconstruct", "e4e", "stylegan2")
 DATA_LICENCE = ("Trained on the data named in 'dataset'. UTKFace is licensed for non-commercial research only; "
                 "weights trained on it inherit that restriction.")
@@ -44,9 +49,14 @@ def find_source(run_root: Path, init: str | None) -> Path:
 
 
 def load_generator(src: Path) -> tuple[DBAF, dict]:
-    if src.suffix == ".safetensors":
+    if src.suffix == ".safetensors":  # an earlier export: its header carries the provenance
         model, header = load_checkpoint(src)
-        return model, {"stage": header["extra"].get("stage", ""), "step": header["extra"].get("step", 0)}
+        extra = header["extra"]
+        info = {"stage": extra.get("stage", ""), "step": extra.get("step", 0),
+                **{k: extra[k] for k in ("elapsed_hours", "preset", "dataset", "source") if k in extra}}
+        if header["training_commit"]:
+            info["training_commit"] = header["training_commit"]
+        return model, info
     state = load_state(src)
     from streamdeid.models.config import DBAFConfig
 
@@ -58,7 +68,9 @@ def load_generator(src: Path) -> tuple[DBAF, dict]:
 
 
 def export(run_root: str | Path, out_dir: str | Path | None = None, *, init: str | None = None,
-           dataset: str = "", opset: int = 17, log=print) -> dict:
+           dataset: str = "", opset: int = 17, precision: str = "fp16", log=print) -> dict:
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, not {precision!r}")
     run_root = Path(run_root)
     out = Path(out_dir) if out_dir else run_root / "weights"
     out.mkdir(parents=True, exist_ok=True)
@@ -67,20 +79,25 @@ def export(run_root: str | Path, out_dir: str | Path | None = None, *, init: str
     if info["stage"] != "anonymize":
         log(f"export: WARNING the newest checkpoint is of stage {info['stage']!r}, not 'anonymize': "
             "its KRIA is untrained and it does not anonymize")
+    commit = info.pop("training_commit", "") or git_commit()
+    origin = info.pop("source", "") or str(src)
+    source_dataset = info.pop("dataset", "")
+    dataset = dataset or source_dataset
     if not dataset:
         prep = run_root / "data" / "prepared.json"
         dataset = json.loads(prep.read_text())["source"] if prep.is_file() else ""
     r = model.cfg.resolution
     st_path, onnx_path = out / f"dbaf{r}.safetensors", out / f"dbaf{r}.onnx"
-    commit = git_commit()
-    save_checkpoint(st_path, model, training_commit=commit,
-                    extra={**info, "dataset": Path(dataset).name if dataset else "", "source": str(src)})
-    load_checkpoint(st_path)  # strict round trip
+    save_checkpoint(st_path, model, training_commit=commit, half=precision == "fp16",
+                    extra={**info, "dataset": Path(dataset).name if dataset else "", "source": origin})
+    stored, _ = load_checkpoint(st_path)  # strict round trip: the generator both backends will run
     with torch.no_grad():
-        export_dbaf(model, onnx_path, opset=opset)
-    diff = check_parity(model, onnx_path)
+        export_dbaf(stored, onnx_path, opset=opset, fold_constants=False)
+    link_weights(onnx_path, st_path)
+    diff = check_parity(stored, onnx_path)
     if diff > PARITY_ATOL:
         raise RuntimeError(f"ONNX parity {diff:.2e} above {PARITY_ATOL}")
+    precision_diff = check_parity(model, onnx_path)  # against the fp32 source: what storing fp16 costs
     manifest = {
         "schema_version": MANIFEST_SCHEMA,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -88,17 +105,22 @@ def export(run_root: str | Path, out_dir: str | Path | None = None, *, init: str
         "model_args": model.cfg.to_dict(),
         "resolution": r,
         "key_shape": list(model.cfg.key_shape),
-        "source_checkpoint": str(src),
+        "source_checkpoint": origin,
         **{k: v for k, v in info.items()},
         "dataset": Path(dataset).name if dataset else "",
         "licence": DATA_LICENCE,
+        "precision": precision,
         "onnx_parity_max_abs": diff,
+        "precision_max_abs": precision_diff,
         "files": {p.name: {"sha256": sha256_file(p), "bytes": p.stat().st_size,
                            "kind": "onnx" if p.suffix == ".onnx" else "safetensors"} for p in (st_path, onnx_path)},
     }
-    # what streamdeid.anonymizers.dbaf.resolve_model_path reads: one file per backend
+    # what streamdeid.anonymizers.dbaf.resolve_model_path reads: one file per backend, and the weights
+    # file the ONNX graph reads (checked too)
     manifest["models"] = {backend: {"file": p.name, "sha256": manifest["files"][p.name]["sha256"]}
                           for backend, p in (("onnxrt", onnx_path), ("torch", st_path))}
+    manifest["models"]["onnxrt"]["weights"] = dict(manifest["models"]["torch"])
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True), encoding="utf-8")
-    log(f"export: {src} -> {out} (stage {info['stage']}, step {info['step']}, ONNX parity {diff:.1e})")
+    log(f"export: {src} -> {out} (stage {info['stage']}, step {info['step']}, {precision}, ONNX parity "
+        f"{diff:.1e}, {precision_diff:.1e} from the source)")
     return manifest

@@ -15,6 +15,8 @@ R for the generator and back to S.
 Model files: an explicit path, or ``None`` for the weights shipped in
 ``streamdeid/weights/`` (``manifest.json`` names one file per backend with its
 sha256; written by ``python -m training export --out streamdeid/weights``).
+The weights ship once, in fp16, in ``dbaf64.safetensors`` (what the torch
+backend loads); ``dbaf64.onnx`` is the graph alone and reads them from there.
 """
 
 from __future__ import annotations
@@ -49,7 +51,9 @@ def resolve_model_path(model_path: str | Path | None, backend: str = "onnxrt") -
     shipped default for ``backend`` from ``streamdeid/weights/manifest.json``,
     checked against its sha256. StreamdeidError with a one-line reason otherwise.
 
-    Manifest: ``{"models": {"onnxrt": {"file": "dbaf64.onnx", "sha256": "..."}, ...}}``.
+    Manifest: ``{"models": {"onnxrt": {"file": "dbaf64.onnx", "sha256": "...", "weights": {"file":
+    "dbaf64.safetensors", "sha256": "..."}}, ...}}``; ``weights``, when present, is the file the
+    model reads its weights from, checked too.
     """
     if backend not in BACKEND_NAMES:
         raise StreamdeidError(f"unknown DBAF backend {backend!r} (choose from {', '.join(BACKEND_NAMES)})")
@@ -63,14 +67,16 @@ def resolve_model_path(model_path: str | Path | None, backend: str = "onnxrt") -
         raise StreamdeidError(NO_WEIGHTS)
     try:
         entry = json.loads(manifest.read_text())["models"][backend]
-        path, want = WEIGHTS_DIR / entry["file"], str(entry["sha256"]).lower()
+        files = [entry] + ([entry["weights"]] if "weights" in entry else [])
+        checks = [(WEIGHTS_DIR / e["file"], str(e["sha256"]).lower()) for e in files]
     except (ValueError, KeyError, TypeError):
         raise StreamdeidError(f"{manifest} names no {backend} model; pass --model PATH") from None
-    if not path.is_file():
-        raise StreamdeidError(f"{path} (listed in {manifest}) is missing; pass --model PATH")
-    if sha256_file(path) != want:
-        raise StreamdeidError(f"{path} does not match the sha256 in {manifest} (damaged or replaced)")
-    return path
+    for path, want in checks:
+        if not path.is_file():
+            raise StreamdeidError(f"{path} (listed in {manifest}) is missing; pass --model PATH")
+        if sha256_file(path) != want:
+            raise StreamdeidError(f"{path} does not match the sha256 in {manifest} (damaged or replaced)")
+    return checks[0][0]
 
 
 def key_tensor(key: bytes, key_shape: tuple[int, int]) -> np.ndarray:

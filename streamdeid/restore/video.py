@@ -135,9 +135,9 @@ class _ModelRestore:
     """X_rec = G(X_ano, P_track) per vault record, pasted back with the run's soft mask."""
 
     def __init__(self, generator, key, reader: VaultReader, notes: list[str]) -> None:
-        from .blend import face_mask
+        from ..blend import face_mask
         from ..config import BlendConfig
-        from .keys import MasterKey
+        from ..keys import MasterKey
 
         self.generator = generator
         self.restored = 0
@@ -181,7 +181,7 @@ class _ModelRestore:
         return self._track_key
 
     def __call__(self, frame: Frame, records) -> None:
-        from .blend import blend_into, warp_to_frame
+        from ..blend import blend_into, warp_to_frame
         from ..types import FaceContext
 
         image = frame.image
