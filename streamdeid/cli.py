@@ -82,7 +82,7 @@ def main(verbose: bool) -> None:
 @click.argument("input", metavar="INPUT")
 @click.option("-o", "--output", type=click.Path(dir_okay=True), help="Output file or folder. Default: <stem>_anonymized.<ext> beside the input.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
-@click.option("--anonymizer", "method", type=click.Choice(list(METHODS)), default="blur", show_default=True, help="How faces are replaced. blur/mosaic/solid: classic covers. dbaf: a generated face per person from the shipped 64 px model (or --model), checked by the leak guard; experimental, see docs/MODEL_CARD.md.")
+@click.option("--anonymizer", "method", type=click.Choice(list(METHODS)), default="blur", show_default=True, help="How faces are replaced. blur/mosaic/solid: classic covers. dbaf: a generated face per person from the shipped 64 px model (or --model), checked by the leak guard; experimental, see docs/MODEL_CARD.md. composite: one averaged face of 12 people per person, on CPU (docs/composite.md).")
 @click.option("--model", "model_path", type=click.Path(dir_okay=False), default=None, help="dbaf: generator file (.onnx for onnxrt, .safetensors for torch, .engine for tensorrt). Default: the shipped weights.")
 @click.option("--backend", type=click.Choice(list(BACKENDS)), default="onnxrt", show_default=True, help="dbaf: what runs the generator (ONNX Runtime on CPU by default).")
 @click.option("--leak-threshold", type=click.FloatRange(0.05, 0.363), default=None, help="dbaf: SFace similarity at which the leak guard switches a track to solid fill (default 0.25, stricter than SFace's 0.363 because encoding shifts it; lower is stricter).")

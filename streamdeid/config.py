@@ -95,8 +95,8 @@ class AlignConfig:
 
 @dataclass
 class AnonymizeConfig:
-    # blur | mosaic | solid | dbaf (shipped weights; not the default while its measured video leak
-    # rate is above zero: docs/MODEL_CARD.md)
+    # blur | mosaic | solid | composite (docs/composite.md) | dbaf (shipped weights; not the default while its
+    # measured video leak rate is above zero: docs/MODEL_CARD.md)
     method: str = "blur"
     # blur: Gaussian sigma as a fraction of the crop size; mosaic: cells per side.
     # Chosen with streamdeid.identity.leakcheck on short_hamilton_clip.mp4 (748

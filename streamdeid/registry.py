@@ -15,6 +15,7 @@ METHODS = {
     "mosaic": "streamdeid.anonymizers.classic:MosaicAnonymizer",
     "solid": "streamdeid.anonymizers.classic:SolidAnonymizer",
     "dbaf": "streamdeid.anonymizers.dbaf:create_dbaf",
+    "composite": "streamdeid.anonymizers.composite:CompositeAnonymizer",
 }
 
 #: DBAF generator backend -> its class (the CLI's --backend choices). The model file each expects:

@@ -24,7 +24,9 @@ def _log(msg: str) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m training", description=__doc__.split("\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__ + "\nAlso: python -m training composites --help (the composite donor bank, "
+                                                  "docs/composite.md; no run dir, no torch).\n")
     ap.add_argument("stage", choices=STAGES)
     ap.add_argument("--data", help="prepare: folder of face photos; training: that folder or a prepared dir")
     ap.add_argument("--run", "--run-dir", dest="run", required=True,

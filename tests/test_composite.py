@@ -1,0 +1,184 @@
+"""The composite anonymizer (streamdeid/anonymizers/composite.py) and its shipped donor bank."""
+
+from __future__ import annotations
+
+import json
+
+import cv2
+import numpy as np
+import pytest
+from conftest import decode, run_cli
+
+from streamdeid.anonymizers import create_anonymizer, reversible_method
+from streamdeid.anonymizers.composite import (
+    BANK_DIR,
+    MIN_K,
+    CompositeAnonymizer,
+    load_bank,
+)
+from streamdeid.config import AnonymizeConfig
+from streamdeid.types import FaceContext, StreamdeidError
+
+
+@pytest.fixture(scope="module")
+def anon() -> CompositeAnonymizer:
+    return CompositeAnonymizer()
+
+
+def _key(i: int) -> bytes:
+    return bytes([i]) * 32
+
+
+def test_shipped_bank_loads_and_every_composite_averages_at_least_10_faces():
+    faces, manifest = load_bank()
+    assert faces.ndim == 4 and faces.shape[1:] == (manifest["size"], manifest["size"], 3)
+    assert len(faces) == len(manifest["composites"]) >= 20
+    assert manifest["k"] >= MIN_K == manifest["min_k"] == 10
+    assert all(e["k"] >= MIN_K for e in manifest["composites"])
+    assert manifest["counts"]["faces_used"] == sum(e["k"] for e in manifest["composites"])
+    assert "non-commercial" in manifest["licence"]
+    # disjoint member sets: no two composites average the same faces
+    assert len({e["members_sha256"] for e in manifest["composites"]}) == len(faces)
+    # the package data stays small
+    assert sum(p.stat().st_size for p in BANK_DIR.iterdir()) < 2 * 1024 * 1024
+
+
+def test_bank_with_a_composite_of_fewer_than_10_faces_is_refused(tmp_path):
+    for name in ("bank.png", "manifest.json"):
+        (tmp_path / name).write_bytes((BANK_DIR / name).read_bytes())
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    manifest["composites"][3]["k"] = 9
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(StreamdeidError, match="at least 10"):
+        load_bank(tmp_path)
+    (tmp_path / "bank.png").write_bytes(b"not a png")
+    with pytest.raises(StreamdeidError, match="sha256"):
+        CompositeAnonymizer(bank=tmp_path)
+
+
+def test_registered_irreversible_and_scale_free():
+    a = create_anonymizer(AnonymizeConfig(method="composite"))
+    assert isinstance(a, CompositeAnonymizer)
+    assert reversible_method(a) is None  # recovery through the vault only, like blur
+    assert a.scale_free and not a.needs_leak_guard
+    # the composites' SFace embeddings ship beside the bank (a run does not compute them)
+    assert a._shipped_embeddings().shape == (len(a.faces), 128)
+
+
+def _face_crop(anon: CompositeAnonymizer, side: int = 128) -> np.ndarray:
+    """A face-like aligned crop: a composite, made darker and warmer (a stand-in for a person)."""
+    face = cv2.resize(anon.faces[len(anon.faces) // 2], (side, side))
+    return np.clip(face.astype(np.float32) * (0.8, 0.9, 1.1), 0, 255).astype(np.uint8)
+
+
+def _aligned(media, name: str) -> np.ndarray:
+    """The largest face of a shared photo, aligned as the renderer aligns it (128 px, margin 0.4)."""
+    from streamdeid.align import align_face
+
+    image = cv2.imread(str(media / name))
+    _, lm = _largest_face(image)
+    return align_face(image, lm, size=128, margin=0.4).crop
+
+
+def test_same_key_and_track_keep_one_composite_another_key_another(anon, media):
+    crop = _aligned(media, "obama.jpg")
+    picks, first = [], None
+    for frame in range(6):
+        lit = np.clip(crop.astype(np.int16) + 4 * frame - 10, 0, 255).astype(np.uint8)  # light changes
+        ctx = FaceContext(track_id=7, frame_index=frame, key=_key(1))
+        out = anon(lit[None], [ctx])
+        assert out.shape == (1, 128, 128, 3) and out.dtype == np.uint8
+        picks.append(anon.choose(lit, ctx))
+        first = lit if first is None else first
+    assert len(set(picks)) == 1
+    # the same key and first crop on a fresh anonymizer (the next run) give the same face
+    assert CompositeAnonymizer().choose(first, FaceContext(7, 0, _key(1))) == picks[0]
+    others = {anon.choose(crop, FaceContext(100 + i, 0, _key(10 + i))) for i in range(10)}
+    assert len(others) >= 3
+    # without a key: still one face per track
+    assert len({anon.choose(crop, FaceContext(55, f, None)) for f in range(4)}) == 1
+
+
+def test_chosen_composites_are_not_the_person_for_sface(anon, media):
+    from streamdeid.anonymizers.composite import SFACE_UNLIKE, _arcface_crop
+    from streamdeid.identity.sface import SFace
+
+    sface = SFace()
+    for name in ("obama.jpg", "two_people.jpg"):
+        crop = _aligned(media, name)
+        person = sface.embed(_arcface_crop(crop)[None])[0]
+        for i in range(6):
+            chosen = anon.faces[anon.choose(crop, FaceContext(200 + i, 0, _key(40 + i)))]
+            assert float(sface.embed(_arcface_crop(chosen)[None])[0] @ person) < SFACE_UNLIKE
+
+
+def test_output_replaces_the_face_and_is_steady(anon):
+    crop = _face_crop(anon)
+    a = anon(np.stack([crop, crop]), [FaceContext(3, 0, _key(3)), FaceContext(3, 1, _key(3))])
+    # the centre of the face is the composite's, not the crop's
+    centre = np.s_[45:95, 40:88]
+    assert np.abs(a[0][centre].astype(int) - crop[centre]).mean() > 5
+    # the same input twice on one track: the same output (no shimmer from the smoothing)
+    assert np.abs(a[0].astype(int) - a[1]).max() <= 1
+    # small crops (scale_free) work too
+    small = anon(cv2.resize(crop, (32, 32))[None], [FaceContext(4, 0, _key(4))])
+    assert small.shape == (1, 32, 32, 3)
+
+
+def test_missing_contexts_raise_so_the_renderer_falls_back_to_solid(anon):
+    with pytest.raises(ValueError):
+        anon(_face_crop(anon)[None], None)
+
+
+def _largest_face(image):
+    from streamdeid.detect.yunet import YuNetDetector
+
+    det = YuNetDetector().detect(image)
+    assert len(det), "no face found"
+    i = int(np.argmax((det.boxes[:, 2] - det.boxes[:, 0]) * (det.boxes[:, 3] - det.boxes[:, 1])))
+    return det.boxes[i], det.landmarks[i]
+
+
+def test_cli_on_a_real_clip_changes_the_faces_and_plays(media, tmp_path):
+    src = media / "head-pose-face-detection-male.mp4"
+    out = tmp_path / "out.mp4"
+    r = run_cli("run", str(src), "-o", str(out), "--anonymizer", "composite", "--no-progress")
+    assert r.returncode == 0, r.stderr.decode()[-2000:]
+    before, after = decode(src), decode(out)
+    assert len(after) == len(before) and after[0].shape == before[0].shape
+    for i in (0, len(before) // 2, len(before) - 1):
+        box, _ = _largest_face(before[i])
+        x1, y1, x2, y2 = box.astype(int)
+        diff = np.abs(before[i][y1:y2, x1:x2].astype(int) - after[i][y1:y2, x1:x2]).mean()
+        assert diff > 8, f"frame {i}: face barely changed ({diff:.1f})"
+
+
+def test_real_face_not_matched_by_sface(media, tmp_path):
+    from streamdeid.identity.sface import SFACE_MATCH_THRESHOLD, SFace, cosine
+
+    out = tmp_path / "obama.jpg"
+    r = run_cli("run", str(media / "obama.jpg"), "-o", str(out), "--anonymizer", "composite")
+    assert r.returncode == 0, r.stderr.decode()[-2000:]
+    original, anonymized = cv2.imread(str(media / "obama.jpg")), cv2.imread(str(out))
+    _, lm = _largest_face(original)
+    sface = SFace()
+    sim = float(cosine(sface.embed_face(original, lm), sface.embed_face(anonymized, lm)))
+    assert sim < SFACE_MATCH_THRESHOLD, sim
+
+
+def test_vault_recovers_exactly_and_model_mode_is_refused(media, tmp_path):
+    src, out, key = media / "head-pose-face-detection-male.mp4", tmp_path / "out.mp4", tmp_path / "k.key"
+    assert run_cli("keygen", str(key)).returncode == 0
+    r = run_cli("run", str(src), "-o", str(out), "--anonymizer", "composite", "--key-file", str(key), "--no-progress")
+    assert r.returncode == 0, r.stderr.decode()[-2000:]
+    rec = tmp_path / "rec.mp4"
+    r = run_cli("recover", str(out), "--key-file", str(key), "-o", str(rec))
+    assert r.returncode == 0, r.stderr.decode()[-2000:]
+    before, after, back = decode(src), decode(out), decode(rec)
+    box, _ = _largest_face(before[30])
+    x1, y1, x2, y2 = box.astype(int)
+    face = np.s_[y1:y2, x1:x2]
+    assert np.abs(before[30][face].astype(int) - after[30][face]).mean() > 8
+    assert np.abs(before[30][face].astype(int) - back[30][face]).mean() < 4  # the codec's noise only
+    r = run_cli("recover", str(out), "--key-file", str(key), "--mode", "model", "-o", str(tmp_path / "m.mp4"))
+    assert r.returncode != 0 and b"composite" in r.stderr
