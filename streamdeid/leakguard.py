@@ -83,8 +83,12 @@ class LeakGuard:
         self._seen: dict[int, int] = {}
         self.checks = 0  # faces compared so far
 
-    def due(self, track_id: int) -> bool:
-        """Count one rendered frame of ``track_id``; True when this one is to be checked."""
+    def due(self, track_id: int, measured: bool = True) -> bool:
+        """Count one rendered frame of ``track_id``; True when this one is to be checked. A sampling guard
+        (``every`` > 1, which lets the detector skip frames) counts only frames where the face was detected
+        (``measured`` landmarks): a check due on a held or back-filled face waits for the next detection."""
+        if self.every > 1 and not measured:
+            return False
         n = self._seen.get(track_id, 0)
         self._seen[track_id] = n + 1
         return n < self.first or (n - self.first) % self.every == self.every - 1

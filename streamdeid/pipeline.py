@@ -71,7 +71,8 @@ class Pipeline:
         if lookahead_frames is None:
             lookahead_frames = round(config.lookahead_seconds * fps)
         self.buffer = LookaheadBuffer(lookahead_frames, match_templates=config.track.match_templates)
-        self.faces = FaceStage(config, fps, guarded=renderer.guard is not None,
+        # a guard on every frame needs measured landmarks on every frame; a sampling one waits for a detection
+        self.faces = FaceStage(config, fps, guarded=renderer.guard is not None and renderer.guard.every == 1,
                                lookahead_frames=self.buffer.capacity, scan_gate=scan_gate,
                                added=edits.adds if edits is not None else None)
         self.edits = edits

@@ -93,9 +93,12 @@ class FrameRenderer:
         self.color_match = bool(anonymizer.color_match)
         self.persistent = bool(anonymizer.persistent_fallback)
         if guard is None and anonymizer.needs_leak_guard and anonymize.leak_guard:
+            from dataclasses import replace
+
             from .leakguard import LeakGuard
 
-            guard = LeakGuard(anonymize)
+            every = max(anonymize.leak_every, anonymizer.guard_every or 1)
+            guard = LeakGuard(replace(anonymize, leak_every=every))
         self.guard = guard
         # Solid fill with no guard reads no face pixels: its aligned crops are left blank (_align).
         self._blank_crops = isinstance(anonymizer, SolidAnonymizer) and guard is None
@@ -156,7 +159,8 @@ class FrameRenderer:
             methods[i] = FALLBACK
         self.fallbacks += len(dead)
         if self.guard is not None:
-            due = [i for i in job.live if self.guard.due(faces[i].track_id) and methods[i] != FALLBACK]
+            due = [i for i in job.live if methods[i] != FALLBACK
+                   and self.guard.due(faces[i].track_id, faces[i].state == "detected")]
             if due:
                 self._guard(job, due)
         t0 = time.perf_counter()

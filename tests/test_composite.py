@@ -60,7 +60,7 @@ def test_registered_irreversible_and_scale_free():
     a = create_anonymizer(AnonymizeConfig(method="composite"))
     assert isinstance(a, CompositeAnonymizer)
     assert reversible_method(a) is None  # recovery through the vault only, like blur
-    assert a.scale_free and not a.needs_leak_guard
+    assert a.scale_free and a.needs_leak_guard and a.guard_every > 1  # a sampled leak guard (render.py)
     # the composites' SFace embeddings ship beside the bank (a run does not compute them)
     assert a._shipped_embeddings().shape == (len(a.faces), 128)
 
@@ -182,3 +182,20 @@ def test_vault_recovers_exactly_and_model_mode_is_refused(media, tmp_path):
     assert np.abs(before[30][face].astype(int) - back[30][face]).mean() < 4  # the codec's noise only
     r = run_cli("recover", str(out), "--key-file", str(key), "--mode", "model", "-o", str(tmp_path / "m.mp4"))
     assert r.returncode != 0 and b"composite" in r.stderr
+
+
+def test_a_sampling_leak_guard_checks_detected_faces_only():
+    """The composite's guard (first frames, then every ``guard_every``) counts only frames where the face was
+    detected: a check that falls on a held or back-filled face waits for the next detection."""
+    from dataclasses import replace
+
+    from streamdeid.leakguard import LeakGuard
+
+    cfg = AnonymizeConfig(method="composite")
+    guard = LeakGuard(replace(cfg, leak_every=CompositeAnonymizer.guard_every))
+    assert not guard.due(1, measured=False)  # a back-filled first frame: not counted
+    assert [guard.due(1) for _ in range(cfg.leak_first_frames)] == [True] * cfg.leak_first_frames
+    checks = [guard.due(1, measured=(i % 2 == 0)) for i in range(4 * guard.every)]
+    assert sum(checks) == 2 and all(i % 2 == 0 for i, c in enumerate(checks) if c)
+    every_frame = LeakGuard(cfg)  # dbaf's schedule: every frame, measured or not
+    assert all(every_frame.due(2, measured=False) for _ in range(5))

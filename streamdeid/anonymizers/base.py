@@ -29,6 +29,9 @@ class Anonymizer(Protocol):
     scale_free: bool
     color_match: bool  # pasting matches the crop's colours to the frame (a generated face)
     needs_leak_guard: bool  # the renderer checks the output with SFace (leakguard.py; AnonymizeConfig.leak_guard)
+    # The leak guard's cadence after a track's first frames: every this many frames at least (None: every
+    # AnonymizeConfig.leak_every frames). A method whose faces do not change frame to frame may ask for less.
+    guard_every: int | None
     # A track whose batch failed stays on solid fill for the rest of the run instead of flickering.
     persistent_fallback: bool
     reversible: bool  # G(G(x, P), P) = x: ``recover --mode model`` applies (the vault marks its faces)
@@ -48,6 +51,7 @@ class AnonymizerBase:
     scale_free = False
     color_match = False
     needs_leak_guard = False
+    guard_every: int | None = None
     reversible = False
     batch_frames = 1
     model_path: Path | None = None

@@ -166,8 +166,11 @@ class CompositeAnonymizer(AnonymizerBase):
 
     name = "composite"
     scale_free = True  # the composite is resized to any crop side: small faces get small crops
-    # No leak guard: SFace on every face costs 15x the speed (2.7 fps instead of 40 on short_hamilton_clip);
-    # ``--anonymizer composite`` is measured without it (docs/composite.md).
+    # The leak guard (leakguard.py) on a track's first frames, then every GUARD_EVERY frames: a track whose
+    # composite still matches the person (SFace) goes to solid fill for good. On every frame it cost 15x the
+    # speed (2.7 fps instead of 40 on short_hamilton_clip); a track keeps one composite, so a sample suffices.
+    needs_leak_guard = True
+    guard_every = 8
 
     def __init__(self, cfg: AnonymizeConfig | None = None, *, bank: str | Path | None = None) -> None:
         cfg = cfg or AnonymizeConfig()
