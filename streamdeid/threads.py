@@ -33,36 +33,31 @@ class _Worker(threading.Thread):
             self.error = exc
 
 
-def threaded_source(source: Iterable[object], stop: threading.Event, times: StageTimes) -> Iterator[object]:
-    """Decode on a background thread; yield its items on the caller's thread."""
-    q: queue.Queue = queue.Queue(maxsize=QUEUE_FRAMES)
+def prefetch(items: Iterable[object], depth: int, name: str) -> Iterator[object]:
+    """``items``, produced up to ``depth`` ahead on a thread of their own called ``name`` (decoding overlaps
+    the caller's work: PyAV and ONNX Runtime release the GIL); the producer's exception is raised here.
+    Stopping early stops the producer (the queue is drained so that it is never left blocked)."""
+    q: queue.Queue = queue.Queue(depth)
+    stop = threading.Event()
 
     def produce() -> None:
         try:
-            it = iter(source)
-            while not stop.is_set():
-                t0 = time.perf_counter()
-                try:
-                    item = next(it)
-                except StopIteration:
-                    break
-                times.add("decode", time.perf_counter() - t0)
+            for item in items:
                 while not stop.is_set():
                     try:
                         q.put(item, timeout=0.1)
                         break
                     except queue.Full:
                         continue
+                if stop.is_set():
+                    return
         finally:
             q.put(_END)
 
-    worker = _Worker(produce, "streamdeid-decode")
+    worker = _Worker(produce, name)
     worker.start()
     try:
-        while True:
-            item = q.get()
-            if item is _END:
-                break
+        while (item := q.get()) is not _END:
             yield item
     finally:
         stop.set()
@@ -74,6 +69,24 @@ def threaded_source(source: Iterable[object], stop: threading.Event, times: Stag
         worker.join()
     if worker.error is not None:
         raise worker.error
+
+
+def threaded_source(source: Iterable[object], times: StageTimes) -> Iterator[object]:
+    """Decode on a background thread (``prefetch``, QUEUE_FRAMES ahead); yield its items on the caller's
+    thread. The time each item took to produce goes to ``times`` as "decode"."""
+    return prefetch(_timed(source, times), QUEUE_FRAMES, "streamdeid-decode")
+
+
+def _timed(source: Iterable[object], times: StageTimes) -> Iterator[object]:
+    it = iter(source)
+    while True:
+        t0 = time.perf_counter()
+        try:
+            item = next(it)
+        except StopIteration:
+            return
+        times.add("decode", time.perf_counter() - t0)
+        yield item
 
 
 class BackgroundQueue:

@@ -8,8 +8,6 @@ keys are keys/run.py.
 
 from __future__ import annotations
 
-import queue
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +18,7 @@ from ..keys import KeyFile, load_key
 from ..types import StreamdeidError
 from ..vault import VaultReader, VaultRecord
 
-__all__ = ["load_recovery_key", "prefetch", "records_by_frame", "restore_frame"]
+__all__ = ["load_recovery_key", "records_by_frame", "restore_frame"]
 
 
 def restore_frame(image: np.ndarray, record: VaultRecord) -> int:
@@ -48,42 +46,6 @@ def load_recovery_key(key_file: str) -> KeyFile:
     if not path.exists():
         raise StreamdeidError(f"{key_file}: no such key file")
     return load_key(path)
-
-
-def prefetch(items: Iterator, depth: int = 64) -> Iterator:
-    """Run ``items`` in a thread, ``depth`` ahead: decoding the vault's crop videos (PyAV releases
-    the GIL) overlaps with decoding and encoding the video. Its exceptions come out here."""
-    q: queue.Queue = queue.Queue(maxsize=depth)
-    stop = threading.Event()
-    done = object()
-
-    def work() -> None:
-        try:
-            for item in items:
-                while not stop.is_set():
-                    try:
-                        q.put((item, None), timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
-                    return
-            q.put((done, None))
-        except BaseException as e:  # noqa: BLE001 - re-raised in the consumer
-            q.put((done, e))
-
-    thread = threading.Thread(target=work, name="vault-prefetch", daemon=True)
-    thread.start()
-    try:
-        while True:
-            item, err = q.get()
-            if item is done:
-                if err is not None:
-                    raise err
-                return
-            yield item
-    finally:
-        stop.set()
 
 
 def records_by_frame(reader: VaultReader, key: KeyFile, tracks: list[int] | None) -> Iterator[tuple[int, list[VaultRecord]]]:

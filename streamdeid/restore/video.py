@@ -20,8 +20,9 @@ from ..files import refuse_same_file
 from ..types import Frame, StreamdeidError
 from ..vault import VaultReader, read_video_id_tag, vault_path_for
 from ..video.reader import open_source
+from ..threads import prefetch
 from ..video.writer import VideoWriter
-from .exact import load_recovery_key, prefetch, records_by_frame, restore_frame
+from .exact import load_recovery_key, records_by_frame, restore_frame
 
 
 @dataclass
@@ -87,7 +88,8 @@ def recover(anonymized: str, dst: str | Path, *, key_file: str, vault: str | Pat
             apply = _ExactRestore()
         else:
             apply = _ModelRestore(generator, key, reader, notes)
-        groups = prefetch(records_by_frame(reader, key, tracks))
+        # decoding the vault's crop videos (PyAV releases the GIL) overlaps decoding and encoding the video
+        groups = prefetch(records_by_frame(reader, key, tracks), 64, "vault-prefetch")
         writer = VideoWriter(dst, source, config.output, metadata=dict(source.metadata))
         ok = False
         try:

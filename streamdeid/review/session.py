@@ -30,10 +30,11 @@ import cv2
 import numpy as np
 
 from ..config import PipelineConfig
+from ..threads import prefetch
 from ..types import StreamdeidError
 from .flags import VISIBLE_SCORE, Flag, VisibleFaceScan, cover_flags, sample_step, sort_flags
 from .tracks import Cover, Tracks, find_audit_log, read_audit_log, track_source
-from .video import VideoFacts, frames_bgr, prefetched, read_facts, write_preview
+from .video import VideoFacts, frames_bgr, read_facts, write_preview
 
 log = logging.getLogger(__name__)
 
@@ -211,7 +212,7 @@ class Review:
         scan = VisibleFaceScan() if self.settings.scan else None
         hit_thumbs: dict[tuple[int, tuple], bytes] = {}
         frames = frames_bgr(self.output, lambda i: i in want or (scan is not None and i % step == 0))
-        for index, image in prefetched(frames):
+        for index, image in prefetch(frames, 4, "streamdeid-review-decode"):
             for stem, box in want.get(index, ()):
                 self.thumbs[f"{stem}-out"] = thumbnail(image, box)
             if scan is not None and index % step == 0:

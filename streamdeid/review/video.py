@@ -13,8 +13,6 @@ frame (tests/test_review.py checks a drawn box lands on the frame it was drawn o
 from __future__ import annotations
 
 import logging
-import queue
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
@@ -88,44 +86,6 @@ def read_facts(path: Path) -> VideoFacts:
         raise
     except AV_ERRORS as exc:
         raise StreamdeidError(f"cannot read {path} as a video: {error_reason(exc)}") from None
-
-
-def prefetched(items: Iterator, depth: int = 4) -> Iterator:
-    """``items``, produced on a thread of their own (decoding overlaps the caller's work: PyAV and ONNX Runtime
-    release the GIL); the producer's exception is raised here. Stopping early stops the producer."""
-    q: queue.Queue = queue.Queue(depth)
-    done, stop, failed = object(), threading.Event(), []
-
-    def produce() -> None:
-        try:
-            for item in items:
-                while not stop.is_set():
-                    try:
-                        q.put(item, timeout=0.1)
-                        break
-                    except queue.Full:
-                        pass
-                if stop.is_set():
-                    return
-        except BaseException as exc:  # handed to the consumer
-            failed.append(exc)
-        finally:
-            q.put(done)
-
-    thread = threading.Thread(target=produce, name="streamdeid-review-decode", daemon=True)
-    thread.start()
-    try:
-        while (item := q.get()) is not done:
-            yield item
-    finally:
-        stop.set()
-        while thread.is_alive():
-            try:
-                q.get(timeout=0.1)
-            except queue.Empty:
-                pass
-    if failed:
-        raise failed[0]
 
 
 def frames_bgr(path: Path, wanted: Callable[[int], bool]) -> Iterator[tuple[int, np.ndarray]]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import threading
 import time
 from pathlib import Path
 
@@ -101,7 +100,7 @@ def _run_pipeline(src: str, source, write, config: PipelineConfig, renderer: Fra
     try:
         pipeline = Pipeline(config, renderer, fps=float(source.average_rate or 25), emit=emit,
                             observers=observers, summary=summary, render_thread=True, edits=edits)
-        pipeline.run(threaded_source(source, threading.Event(), summary.times), sink.put)
+        pipeline.run(threaded_source(source, summary.times), sink.put)
         sink.close()
         return True
     except KeyboardInterrupt:
@@ -124,7 +123,7 @@ def track_pass(src: str, config: PipelineConfig, renderer: FrameRenderer, edits:
         summary = RunSummary()
         pipeline = Pipeline(quiet, renderer, fps=float(source.average_rate or 25), emit=lambda _r, _p: None,
                             summary=summary, admit=lambda _r: False, edits=edits)
-        pipeline.run(threaded_source(source, threading.Event(), summary.times), lambda _item: None)
+        pipeline.run(threaded_source(source, summary.times), lambda _item: None)
     log.info("edits: removals decided in a tracking pass over %s (%.1f s)", redact(src), time.perf_counter() - t0)
 
 
