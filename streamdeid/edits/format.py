@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..files import read_error
 from ..types import StreamdeidError
 
 __all__ = ["FORMAT", "VERSION", "Box", "Edits", "SourceInfo", "check_source", "load_edits", "save_edits"]
@@ -83,14 +84,10 @@ def load_edits(path: str | Path) -> Edits:
     """The edits file at ``path``, checked; StreamdeidError with one line naming what is wrong."""
     try:
         text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise StreamdeidError(f"edits file not found: {path}") from None
-    except IsADirectoryError:
-        raise StreamdeidError(f"edits file is a directory: {path}") from None
     except UnicodeDecodeError:
         raise StreamdeidError(f"{path}: not an edits file (not UTF-8 text)") from None
     except OSError as exc:
-        raise StreamdeidError(f"cannot read edits file {path}: {exc.strerror}") from None
+        raise read_error(exc, "edits file", str(path)) from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:

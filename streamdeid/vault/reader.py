@@ -29,6 +29,7 @@ import numpy as np
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from streamdeid.files import read_error
 from streamdeid.keys import derive
 from streamdeid.keys.keyfile import KeyFile, MasterKey, TrackKey
 from streamdeid.types import StreamdeidError
@@ -100,12 +101,8 @@ class VaultReader:
                     raise StreamdeidError(f"vault header is corrupt: {self.path}")
                 js = f.read(json_len)
                 mac = f.read(fmt.MAC_LEN)
-        except FileNotFoundError:
-            raise StreamdeidError(f"vault not found: {self.path}") from None
-        except IsADirectoryError:
-            raise StreamdeidError(f"vault is a directory: {self.path}") from None
         except OSError as e:
-            raise StreamdeidError(f"cannot read vault {self.path}: {e.strerror}") from None
+            raise read_error(e, "vault", str(self.path)) from None
         if len(js) != json_len or len(mac) != fmt.MAC_LEN:
             raise StreamdeidError(f"vault header is truncated: {self.path}")
         try:
