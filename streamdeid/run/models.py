@@ -18,7 +18,7 @@ from ..config import AnonymizeConfig, PipelineConfig
 class Models:
     def __init__(self, gpu: bool = False) -> None:
         self.gpu = gpu
-        self._generators: dict[tuple, Any] = {}
+        self._generators: dict[tuple, tuple[Any, Any]] = {}  # (model, backend, threads) -> (path, generator)
 
     def anonymizer(self, cfg: AnonymizeConfig) -> Anonymizer:
         """A new anonymizer for one video: ``cfg.method``'s (the registry's factory), with a DBAF generator
@@ -28,15 +28,17 @@ class Models:
         from ..anonymizers import DBAFAnonymizer
         from ..anonymizers.dbaf import resolve_model_path
 
-        path = resolve_model_path(cfg.model_path, cfg.backend)
-        key = (str(path), cfg.backend, cfg.threads, self.gpu)
-        generator = self._generators.get(key)
-        if generator is not None:
+        # keyed by what the config names: the file is found and its sha256 checked once, when first loaded
+        key = (str(cfg.model_path), cfg.backend, cfg.threads)
+        loaded = self._generators.get(key)
+        if loaded is not None:
+            path, generator = loaded
             return DBAFAnonymizer(path, cfg.backend, generator=generator)
+        path = resolve_model_path(cfg.model_path, cfg.backend)
         anonymizer = DBAFAnonymizer(path, cfg.backend, generator=_gpu_generator(cfg.backend, path)) if self.gpu \
             else create_anonymizer(cfg)
         if getattr(anonymizer, "generator", None) is not None:  # a "dbaf" registered by a test may have none
-            self._generators[key] = anonymizer.generator
+            self._generators[key] = (path, anonymizer.generator)
         return anonymizer
 
     def warm(self, config: PipelineConfig) -> None:
