@@ -99,7 +99,8 @@ class TrackedFace:
     (no detection: the track's predicted box, kept covered for ``--hold``
     seconds) or ``"backfilled"`` (added by the look-ahead buffer to frames
     before the track was first detected). ``between_runs``: held only because
-    the detector skipped this frame (the last detector run found the face).
+    the detector skipped this frame (the last detector run found the face), or back-filled for a face its next
+    detections show still (lookahead.py): drawn with the same margin.
     ``matched``: held or back-filled, and the face's pixels from its detection were found
     at this box by template matching (track/appearance.py), so it is not widened.
     """

@@ -40,6 +40,31 @@ def test_lookahead_backfills_frames_before_first_detection() -> None:
     assert states == [[], ["backfilled"], ["backfilled"], ["backfilled"], ["detected"]]
 
 
+def _backfilled_widths(moves: list[float]) -> list[float]:
+    """A face first detected on frame 6 of 12 and again on frames 8 and 10, moved ``moves[k]`` px right on
+    the k-th of those: the widths of its back-filled covers on frames 0-5 as rendered."""
+    buf = LookaheadBuffer(8)
+    out = []
+    seen = {6: 0, 8: 1, 10: 2}
+    for i in range(12):
+        faces = [_face(7, moves[seen[i]])] if i in seen else []
+        out += list(buf.push(_result(i, faces)))
+    out += list(buf.drain())
+    back = [f for r in out[:6] for f in r.faces]
+    assert [f.state for f in back] == ["backfilled"] * 6
+    return [float(f.box[2] - f.box[0]) for f in back]
+
+
+def test_lookahead_redraws_a_still_face_back_fill_unwidened() -> None:
+    """A face its next detections show where it was first found sat there before too: its back-filled covers
+    are redrawn at its box (drawn with the between-runs margin), not widened with every frame back; a face
+    that moved keeps the widened ones."""
+    still = _backfilled_widths([0.0, 1.0, 0.0])
+    moving = _backfilled_widths([0.0, 12.0, 24.0])
+    assert still == [80.0] * 6  # BOX is 80 px wide
+    assert moving[0] > moving[-1] > 80.0  # widened more the further back
+
+
 def test_lookahead_stops_at_scene_cut() -> None:
     buf = LookaheadBuffer(5)
     out = []
