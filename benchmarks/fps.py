@@ -99,18 +99,22 @@ def make_noface_clip(path: Path, frames: int = 300, size: tuple[int, int] = (640
     return path
 
 
-def make_1080p_clip(path: Path, frames: int = 120) -> Path:
-    """The first ``frames`` of the shared short_hamilton_clip.mp4 scaled to 1920x1080 (no 1080p clip is shared)."""
+def make_scaled_clip(path: Path, frames: int = 120, size: tuple[int, int] = (1920, 1080),
+                    src: Path | None = None) -> Path:
+    """The first ``frames`` of ``src`` (default: the shared short_hamilton_clip.mp4) scaled to ``size``
+    (default 1920x1080: no 1080p clip is shared), H.264 crf 18, yuv420p. ``size`` must be even."""
     import cv2
 
-    src = Path(__file__).resolve().parents[2] / "shared" / "media" / "short_hamilton_clip.mp4"
+    src = src or Path(__file__).resolve().parents[2] / "shared" / "media" / "short_hamilton_clip.mp4"
     with av.open(str(src)) as inp, av.open(str(path), "w") as out:
         s = out.add_stream("libx264", rate=inp.streams.video[0].average_rate, options={"crf": "18"})
-        s.width, s.height, s.pix_fmt = 1920, 1080, "yuv420p"
+        s.width, s.height, s.pix_fmt = size[0], size[1], "yuv420p"
         for i, frame in enumerate(inp.decode(video=0)):
             if i >= frames:
                 break
-            big = cv2.resize(frame.to_ndarray(format="bgr24"), (1920, 1080), interpolation=cv2.INTER_CUBIC)
+            image = frame.to_ndarray(format="bgr24")
+            shrink = size[0] < image.shape[1]  # area averaging when shrinking, cubic when enlarging
+            big = cv2.resize(image, size, interpolation=cv2.INTER_AREA if shrink else cv2.INTER_CUBIC)
             out.mux(s.encode(av.VideoFrame.from_ndarray(big, format="bgr24")))
         out.mux(s.encode())
     return path
@@ -143,7 +147,7 @@ def main() -> int:
     if args.clip == "noface":
         args.clip = str(make_noface_clip(tmp / "noface.mp4"))
     elif args.clip == "hamilton1080":
-        args.clip = str(make_1080p_clip(tmp / "hamilton1080.mp4"))
+        args.clip = str(make_scaled_clip(tmp / "hamilton1080.mp4"))
     suffix = Path(args.clip).suffix
     result: dict = {"clip": args.clip, "anonymizer": args.anonymizer, "detect_every": config.detect.every or "default",
                     "cpu_count": os.cpu_count()}
