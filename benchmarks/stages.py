@@ -11,6 +11,8 @@ The same footage at several sizes (built once with PyAV, libx264 yuv420p crf 18,
             as it is at 360 and scaled to 1280x720 and 1920x1080 (benchmarks/fps.py's make_scaled_clip)
   store     ../shared/media/store-aisle-detection.mp4 (480x270, 67 frames: surveillance, small faces)
             scaled to 640x360, 1280x720 and 1920x1080
+  worker    ../shared/media/worker-zone-detection.mp4 (480x270, 71 frames: a fixed camera, one worker)
+            scaled likewise
   pan       a camera panning over ../shared/media/crowd_parade.jpg (evaluation.pan, 75 frames, 25 fps),
             the photo scaled to 1.5x the frame width, at 1280x720 and 1920x1080 only
 ``--frames N`` cuts every clip to its first N frames (the cut is a clip of its own in the cache).
@@ -49,7 +51,8 @@ from streamdeid.config import PipelineConfig  # noqa: E402
 
 MEDIA = Path(__file__).resolve().parents[2] / "shared" / "media"
 SIZES = {360: (640, 360), 720: (1280, 720), 1080: (1920, 1080)}
-VIDEOS = {"hamilton": MEDIA / "short_hamilton_clip.mp4", "store": MEDIA / "store-aisle-detection.mp4"}
+VIDEOS = {"hamilton": MEDIA / "short_hamilton_clip.mp4", "store": MEDIA / "store-aisle-detection.mp4",
+          "worker": MEDIA / "worker-zone-detection.mp4"}
 PAN_PHOTO = MEDIA / "crowd_parade.jpg"
 PAN_SIZES = (720, 1080)
 PAN_FRAMES = 75  # as benchmarks/precision.py's pans
@@ -183,7 +186,7 @@ def print_table(rows: list[dict]) -> None:
 
 def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--media", default="hamilton,store,pan", help="comma-separated: hamilton, store, pan")
+    ap.add_argument("--media", default="hamilton,store,worker,pan", help="comma-separated: hamilton, store, worker, pan")
     ap.add_argument("--sizes", default="360,720,1080", help="comma-separated frame heights: 360, 720, 1080")
     ap.add_argument("--frames", type=int, default=None, help="cut every clip to its first N frames")
     ap.add_argument("--repeat", type=int, default=3, help="runs per measure; the median is reported")
