@@ -100,7 +100,8 @@ class FaceStage:
         self.scan_gate = scan_gate
         self.scans_skipped = 0
         self.fps = fps
-        self.tiles: ScanTiles | None = None  # set on the first frame when config.detect.scan_tiles
+        self.scan_tiles = config.detect.scan_tiles
+        self.tiles: ScanTiles | None = None  # set on the first frame when scan_tiles
         self._countdown = 0  # frames until the next scheduled detection
         self._since_scan = self.scan_every  # frames since the last small-face scan (scan on the first run)
 
@@ -161,7 +162,7 @@ class FaceStage:
 
     def _first_frame(self, width: int, height: int) -> None:
         self.smallest_face = self.finder.smallest_face(width, height)
-        if self.finder.cfg.scan_tiles and self.finder.scan_side(width, height) is not None:
+        if self.scan_tiles and self.finder.scan_side(width, height) is not None:
             # tiles overlap by more than the largest face the scan is trusted for (2x the fast floor)
             overlap = math.ceil(2 * self.finder.fast_floor(width, height)) + THUMB_STEP
             self.tiles = ScanTiles(width, height, overlap, self.fps)
