@@ -28,10 +28,6 @@ class DetectConfig:
     # tracker holds a small face between scans, so this stays under
     # TrackConfig.hold_seconds (FaceStage clamps it).
     scan_every: float = 0.25
-    # In a video, a due scan looks again only at the tiles of the frame whose picture changed, that hold a
-    # small tracked face, or that it has not looked at for 2 s (detect/scan_tiles.py). False: every scan
-    # looks at the whole frame.
-    scan_tiles: bool = True
     # Run the detector on every N-th frame (and on scene cuts), track in between.
     # None: 2, or 1 when the leak guard checks the anonymizer (dbaf): the guard
     # compares faces at their landmarks, and held (predicted) ones are 5-8 px off.

@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
@@ -16,7 +15,6 @@ import numpy as np
 from .config import PipelineConfig, detect_cadence
 from .detect.closer import AGREE_IOU, CloserLook, GuessCheck, frame_scale_look
 from .detect.finder import ODD_SIZE_RATIO, FaceFinder, concat, holds_a_centre, merge, odd_boxes, typical_sizes
-from .detect.scan_tiles import THUMB_STEP, ScanTiles, Tile
 from .edits.apply import with_added
 from .render import FrameRenderer, PastedFace
 from .scenecut import SceneCutDetector
@@ -99,9 +97,6 @@ class FaceStage:
         self.smallest_face: float | None = None  # set on the first frame
         self.scan_gate = scan_gate
         self.scans_skipped = 0
-        self.fps = fps
-        self.scan_tiles = config.detect.scan_tiles
-        self.tiles: ScanTiles | None = None  # set on the first frame when scan_tiles
         self._countdown = 0  # frames until the next scheduled detection
         self._since_scan = self.scan_every  # frames since the last small-face scan (scan on the first run)
 
@@ -113,7 +108,8 @@ class FaceStage:
         camera_s = time.perf_counter() - t0  # timed as tracking
         cut = self.scene_cut(frame.image, motion) or force_cut
         if self.smallest_face is None:
-            self._first_frame(*frame.image.shape[1::-1])
+            h, w = frame.image.shape[:2]
+            self.smallest_face = self.finder.smallest_face(w, h)
         provisional = None
         blind_below = 0.0
         added = self.added.get(frame.index)
@@ -122,7 +118,7 @@ class FaceStage:
             if scan and not cut and self.scan_gate is not None and not self.scan_gate():
                 scan = False
                 self.scans_skipped += 1
-            dets = self.finder.find(frame.image, scan=scan, tiles=self._tiles_due(frame.image, cut) if scan else None)
+            dets = self.finder.find(frame.image, scan=scan)
             if self._odd_look is not None and len(dets):
                 dets = self._without_odd(dets, frame.image)
             forced = np.zeros(len(dets), bool)
@@ -143,8 +139,6 @@ class FaceStage:
             dets = None
             self._countdown -= 1
         self._since_scan += 1
-        if self.tiles is not None:
-            self.tiles.tick()
         t1 = time.perf_counter()
         if cut:
             motion = None  # the new shot does not continue the old one
@@ -159,23 +153,6 @@ class FaceStage:
         times.add("detect", t1 - t0 - camera_s)
         times.add("track", time.perf_counter() - t1 + camera_s)
         return FrameResult(frame, faces, scene_cut=cut, motion=motion)
-
-    def _first_frame(self, width: int, height: int) -> None:
-        self.smallest_face = self.finder.smallest_face(width, height)
-        if self.scan_tiles and self.finder.scan_side(width, height) is not None:
-            # tiles overlap by more than the largest face the scan is trusted for (2x the fast floor)
-            overlap = math.ceil(2 * self.finder.fast_floor(width, height)) + THUMB_STEP
-            self.tiles = ScanTiles(width, height, overlap, self.fps)
-
-    def _tiles_due(self, image: np.ndarray, cut: bool) -> list[Tile] | None:
-        """The tiles a due small-face scan looks at (detect/scan_tiles.py); None: the whole frame."""
-        if self.tiles is None:
-            return None
-        h, w = image.shape[:2]
-        held = self.tracker.held_boxes()  # faces under the fast pass's floor: only a scan finds them again
-        small = held[(held[:, 3] - held[:, 1]) < self.finder.fast_floor(w, h)]
-        due = self.tiles.due(image, small, cut)
-        return None if due is None else [self.tiles.tiles[i] for i in due]
 
     @staticmethod
     def _provisional(dets: Detections, scan: bool, floor: float) -> np.ndarray:

@@ -181,7 +181,7 @@ class _CountingFinder:
         self.faces = faces
         self.frame = 0
 
-    def find(self, image, *, scan: bool, tiles=None):
+    def find(self, image, *, scan: bool):
         from streamdeid.types import Detections
 
         self.calls.append(self.frame)
@@ -193,9 +193,6 @@ class _CountingFinder:
 
     def smallest_face(self, width: int, height: int) -> float:
         return 12.0
-
-    def scan_side(self, width: int, height: int) -> int | None:
-        return None  # the scan looks at the whole frame: no tiles
 
     def fast_floor(self, width: int, height: int) -> float:
         return 24.0
@@ -375,7 +372,7 @@ class _ScriptedFinder(_CountingFinder):
         super().__init__(faces=False)
         self.script = script
 
-    def find(self, image, *, scan: bool, tiles=None):
+    def find(self, image, *, scan: bool):
         from streamdeid.types import Detections
 
         super().find(image, scan=scan)

@@ -28,7 +28,6 @@ import numpy as np
 
 from streamdeid.config import DetectConfig
 from streamdeid.detect.base import Detector, nms, scaled_size
-from streamdeid.detect.scan_tiles import Tile
 from streamdeid.track.matching import intersection_matrix
 from streamdeid.types import Detections, StreamdeidError, longest_sides
 
@@ -49,7 +48,6 @@ MIN_GAMMA = 0.4  # the strongest brightening (gamma < 1 lifts shadows, keeps hig
 # (their IoU is under 0.3 when one is twice the other's height), and each would start a track. On a
 # crowd pan 37 of 4,791 boxes were such, the larger box covers the smaller, and the run kept 10 fewer tracks.
 NESTED_INSIDE = 0.8
-TILE_CUT_PX = 2  # a box this near a tile's side inside the frame is cut by it (FaceFinder._scan_tile)
 NESTED_CENTRE = 0.5
 
 
@@ -183,8 +181,6 @@ class FaceFinder:
         self.fast: Detector = create_detector(self.cfg)
         self._scan: Detector | None = None
         self._scan_side: int | None = None  # input side the scan detector was built for
-        self._tile: Detector | None = None  # the scan's detector for one tile (detect/scan_tiles.py)
-        self._tile_side: int | None = None
 
     def scan_side(self, width: int, height: int) -> int | None:
         """Longest side of the small-face scan's input for a frame of this size, or None if not needed."""
@@ -223,37 +219,15 @@ class FaceFinder:
             self._scan_side = side
         return self._scan
 
-    def find(self, image: np.ndarray, *, scan: bool, tiles: list[Tile] | None = None) -> Detections:
-        """Faces in one BGR frame; ``scan``: also run the small-face scan (when the frame needs one), over
-        the whole frame or, given ``tiles``, over those only (detect/scan_tiles.py)."""
+    def find(self, image: np.ndarray, *, scan: bool) -> Detections:
+        """Faces in one BGR frame; ``scan``: also run the small-face scan (when the frame needs one)."""
         bright = brighten(image)
         found = [self.fast.detect(bright)]
         h, w = image.shape[:2]
         side = self.scan_side(w, h) if scan and h and w else None
-        if side is not None and tiles is None:
+        if side is not None:
             found.append(self.scan_trusted(self._scanner(side).detect(bright), w, h))
-        elif side is not None:
-            found += [self.scan_trusted(self._scan_tile(bright, t, side / max(w, h)), w, h) for t in tiles]
-            # (scan_trusted keeps faces under twice the fast floor: tiles overlap by more, see scan_tiles.py)
         return drop_nested(merge(found, self.cfg.nms_threshold))
-
-    def _scan_tile(self, image: np.ndarray, tile: Tile, scale: float) -> Detections:
-        """The scan's detections in one tile of ``image``, upscaled by ``scale`` as the whole frame would
-        be, in frame pixels. Every tile of a video is of one size, so one detector serves them all."""
-        side = round(max(tile.x1 - tile.x0, tile.y1 - tile.y0) * scale)
-        if self._tile is None or self._tile_side != side:
-            self._tile, self._tile_side = self.detector(replace(self.cfg, input_size=side)), side
-        dets = self._tile.detect(image[tile.y0:tile.y1, tile.x0:tile.x1])
-        if not len(dets):
-            return dets
-        shift = np.array([tile.x0, tile.y0], np.float64)
-        dets = Detections(dets.boxes + np.tile(shift, 2), dets.scores, dets.landmarks + shift)
-        # a face the tile's side cuts inside the frame lies whole in the neighbouring tile (the overlap):
-        # its cut box here would be a second, smaller box on it
-        b, h, w = dets.boxes, image.shape[0], image.shape[1]
-        cut = (((b[:, 0] <= tile.x0 + TILE_CUT_PX) & (tile.x0 > 0)) | ((b[:, 2] >= tile.x1 - TILE_CUT_PX) & (tile.x1 < w))
-               | ((b[:, 1] <= tile.y0 + TILE_CUT_PX) & (tile.y0 > 0)) | ((b[:, 3] >= tile.y1 - TILE_CUT_PX) & (tile.y1 < h)))
-        return dets[~cut] if cut.any() else dets
 
     def scan_trusted(self, dets: Detections, width: int, height: int) -> Detections:
         """An upscaled pass's boxes on a frame of this size, less those it is not trusted for. Each pass is

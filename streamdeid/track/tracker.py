@@ -158,11 +158,6 @@ class FaceTracker:
         """Tracks reported or waiting for confirmation (not those only remembered)."""
         return sum(self._holding(t) for t in self._tracks)
 
-    def held_boxes(self) -> np.ndarray:
-        """[K, 4] last boxes (x1 y1 x2 y2) of the tracks held or waiting for confirmation (num_tracks')."""
-        held = [t.mean for t in self._tracks if self._holding(t)]
-        return xyah_to_xyxy(np.stack(held)) if held else np.zeros((0, 4))
-
     def sure_boxes(self) -> np.ndarray:
         """[K, 4] last boxes (x1 y1 x2 y2, before this frame's prediction) of the kept tracks a detection
         was once sure of (score >= high_score): a face the detector was sure of stays that face when it is
