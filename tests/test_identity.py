@@ -47,6 +47,29 @@ def test_model_patched_to_single_batched_input(sface):
     assert list(inputs[0].shape[1:]) == [3, 112, 112]
 
 
+def test_prelu_written_as_relu_gives_the_same_embeddings(sface):
+    """The PRelu nodes are rewritten for speed (sface._prelu_as_relu): real faces embed as with the file's
+    own PRelu graph, and the session runs none."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.add_session_config_entry("session.disable_quant_qdq", "1")
+    raw = default_model_path().read_bytes()
+    with_prelu = ort.InferenceSession(patch_sface_model(raw, prelu_as_relu=False), so, providers=["CPUExecutionProvider"])
+    assert b"PRelu" in patch_sface_model(raw, prelu_as_relu=False)
+    assert b"PRelu" not in patch_sface_model(raw)
+    crops = []
+    for name in ("obama.jpg", "two_people.jpg"):
+        image = load(name)
+        crops += [align_for_sface(image, landmarks(row)) for row in yunet_faces(image)]
+    crops = np.stack(crops)
+    assert len(crops) >= 3
+    ref = with_prelu.run(None, {"data": SFace.preprocess(crops)})[0]
+    ref /= np.linalg.norm(ref, axis=1, keepdims=True)
+    np.testing.assert_allclose(sface.embed(crops), ref, atol=1e-5)
+
+
 def test_embed_shape_norm_and_batch_consistency(sface):
     rng = np.random.default_rng(0)
     crops = rng.integers(0, 256, (3, 112, 112, 3), dtype=np.uint8)

@@ -13,7 +13,8 @@ The shipped int8bq file declares 29 stale graph inputs (the pre-quantization
 weight names) that no node reads; onnxruntime then insists on feeding them and
 OpenCV 5 refuses the model. We drop them from the serialized model in memory
 (a few lines of protobuf wire format, no ``onnx`` dependency) and make the
-batch dimension symbolic, so batches run in one call.
+batch dimension symbolic, so batches run in one call; its PRelu nodes become
+element-wise ops onnxruntime runs faster (the same embeddings, 1.6x faster).
 """
 
 from __future__ import annotations
@@ -149,9 +150,29 @@ def _symbolic_batch(value_info: bytes) -> bytes:
     return rewrite(value_info, [2, 1, 2, 1])
 
 
-def patch_sface_model(model: bytes, keep_input: str = INPUT_NAME) -> bytes:
-    """Drop every graph input but ``keep_input`` (unused stale weight names) and
-    make its batch dimension symbolic."""
+def _strings(msg: bytes, fn: int) -> list[str]:
+    return [p.decode("utf-8") for f, wt, _, p in _fields(msg) if f == fn and wt == 2]
+
+
+def _node(op: str, inputs: list[str], outputs: list[str]) -> bytes:
+    """A GraphProto.node field: NodeProto input (1), output (2), op_type (4)."""
+    body = b"".join(_ld(1, i.encode()) for i in inputs) + b"".join(_ld(2, o.encode()) for o in outputs)
+    return _ld(1, body + _ld(4, op.encode()))
+
+
+def _prelu_as_relu(node: bytes) -> bytes:
+    """A NodeProto PRelu(x, slope) -> y as the GraphProto.node fields of y = Relu(x) - slope * Relu(-x), the
+    same values. onnxruntime's PRelu with a [C, 1, 1] slope takes half of SFace's time on CPU (15 of 29 ms a
+    crop, one thread); these four element-wise ops take a few ms (29 -> 18 ms a crop, outputs identical)."""
+    (x, slope), (y,) = _strings(node, 1), _strings(node, 2)
+    return (_node("Relu", [x], [f"{y}/pos"]) + _node("Neg", [x], [f"{y}/negx"])
+            + _node("Relu", [f"{y}/negx"], [f"{y}/neg"]) + _node("Mul", [slope, f"{y}/neg"], [f"{y}/sneg"])
+            + _node("Sub", [f"{y}/pos", f"{y}/sneg"], [y]))
+
+
+def patch_sface_model(model: bytes, keep_input: str = INPUT_NAME, *, prelu_as_relu: bool = True) -> bytes:
+    """Drop every graph input but ``keep_input`` (unused stale weight names), make its
+    batch dimension symbolic, and (``prelu_as_relu``) write each PRelu as element-wise ops."""
     out = bytearray()
     found = False
     for f, wt, raw, p in _fields(model):
@@ -163,6 +184,8 @@ def patch_sface_model(model: bytes, keep_input: str = INPUT_NAME) -> bytes:
                         continue
                     found = True
                     graw = _ld(11, _symbolic_batch(gp))
+                elif prelu_as_relu and gf == 1 and gwt == 2 and _string_field(gp, 4) == "PRelu":  # GraphProto.node
+                    graw = _prelu_as_relu(gp)
                 g += graw
             raw = _ld(7, bytes(g))
         out += raw
@@ -208,7 +231,9 @@ class SFace:
         if len(inputs) != 1:
             raise StreamdeidError(f"{path}: SFace model needs inputs besides {INPUT_NAME!r}: {names[1:4]}...")
         batch_dim = inputs[0].shape[0]
-        self.max_batch = batch_dim if isinstance(batch_dim, int) and batch_dim > 0 else 16
+        # Batches of 2 run fastest on one thread (ms a crop, 16 crops: 17.4 one at a time, 17.0 in twos,
+        # 20.6 in eights, 24.4 in one batch): larger ones spill the activations out of the CPU's caches.
+        self.max_batch = batch_dim if isinstance(batch_dim, int) and batch_dim > 0 else 2
         self._lock = threading.Lock()
 
     @staticmethod
