@@ -4,10 +4,11 @@
     python benchmarks/crowd.py                          # build the clip, run streamdeid and deface
     python benchmarks/crowd.py --code /tmp/base --no-deface --out /tmp/crowd-base   # an older commit
     python benchmarks/crowd.py --faces 200 --canvas 1600x900 --frames 50            # a lighter clip
+    python benchmarks/crowd.py --frame 1920x1080 --canvas 2880x1620 --faces 800 --no-deface   # recall at 1080p
 
 The clip (evaluation.pan): a synthetic crowd of UTKFace faces (12-60 px,
 exact boxes) on a face-free frame of the shared media, composed on a canvas
-larger than the frame; a 1280x720 window pans over it, left to right and down
+larger than the frame; a 1280x720 window (``--frame``) pans over it, left to right and down
 and back up, at 25 fps. The crowd stands still, so every face should keep one
 track while it is in view.
 
@@ -78,7 +79,9 @@ SUMMARY = re.compile(r"(\d+) frames, (\d+) faces, (\d+) tracks")
 def add_clip_args(ap: argparse.ArgumentParser) -> None:
     """The options that make the pan (shared with benchmarks/cover_area.py)."""
     ap.add_argument("--faces", type=int, default=360, help="faces in the crowd")
-    ap.add_argument("--canvas", default="1920x1080", help="crowd canvas WxH (the frame is 1280x720)")
+    ap.add_argument("--canvas", default="1920x1080", help="crowd canvas WxH (larger than --frame)")
+    ap.add_argument("--frame", default="1280x720", help="the camera's frame WxH (1920x1080 with --canvas 2880x1620: "
+                                                        "recall at 1080p)")
     ap.add_argument("--frames", type=int, default=75)
     ap.add_argument("--seed", type=int, default=0)
 
@@ -91,7 +94,8 @@ def make_clip(args) -> PanClip:
     W, H = (int(v) for v in args.canvas.split("x"))
     crowd = make_crowd(crowd_pool(UTK), default_background(MEDIA), size=(W, H), count=args.faces,
                        face_px=(12, 60), seed=args.seed)
-    return make_pan(crowd, (1280, 720), frames=args.frames)
+    frame = tuple(int(v) for v in args.frame.split("x"))
+    return make_pan(crowd, (frame[0], frame[1]), frames=args.frames)
 
 
 def build_clip(args) -> tuple[Path, PanClip]:

@@ -20,6 +20,11 @@ class DetectConfig:
     # Longest side of the image the fast pass sees on every detector run. Frames
     # smaller than this are upscaled; larger ones are downscaled. 0: native.
     input_size: int = 640
+    # ... but a frame is seen at no less than this share of its longest side (1080p at 960 px, 4K at 1920):
+    # at 640 px a 1080p frame's faces of 40-72 px fell between the fast pass (under its floor) and the 2x
+    # scan (YuNet finds faces over about 100 px less well in a crowd): 97.8% of 40-80 px faces covered on
+    # benchmarks/crowd.py's pan at 1080p, 100% at 720p (detect/finder.py).
+    fast_share: float = 0.5
     # Smallest face (height in the frame's pixels) the run looks for: when the fast
     # pass would see such a face smaller than streamdeid.detect.finder.SCAN_FACE_PX,
     # an upscaled small-face scan runs as well (0: never). See detect/finder.py.

@@ -110,3 +110,27 @@ def test_a_box_over_another_face_is_told_apart():
                       [300, 300, 340, 350]], np.float32)  # alone
     assert holds_a_centre(boxes).tolist() == [False, True, False, False]
     assert holds_a_centre(np.zeros((0, 4), np.float32)).tolist() == []
+
+
+def test_a_1080p_frame_is_seen_at_half_its_size_by_the_fast_pass(media):
+    """At 640 px a 1080p frame's faces of 40-72 px fall under the fast pass's floor (72 px); the fast pass
+    sees such frames at half their size (DetectConfig.fast_share), where those faces are 20-36 px, which
+    YuNet finds well: on a synthetic 1080p crowd of 40-70 px faces the fast pass alone finds far more."""
+    from conftest import UTK
+    from evaluation.crowd import crowd_pool, default_background, make_crowd
+    from streamdeid.track.matching import iou_matrix
+
+    finder = FaceFinder(DetectConfig())
+    assert finder.fast_side(1920, 1080) == 960 and finder.fast_floor(1920, 1080) == 48
+    assert finder.fast_side(1280, 720) == 640 and finder.fast_side(640, 360) == 640
+    assert FaceFinder(DetectConfig(input_size=0)).fast_side(1920, 1080) == 1920
+    crowd = make_crowd(crowd_pool(UTK, limit=80), default_background(media), size=(1920, 1080), count=60,
+                       face_px=(40, 70), seed=3)
+
+    def found(cfg: DetectConfig) -> float:
+        dets = FaceFinder(cfg).find(crowd.image, scan=False)
+        return float((iou_matrix(crowd.boxes, dets.boxes).max(axis=1) >= 0.3).mean())
+
+    half, third = found(DetectConfig()), found(DetectConfig(fast_share=0.0))
+    assert half >= 0.9, half
+    assert half >= third + 0.2, (half, third)

@@ -178,7 +178,8 @@ class FaceFinder:
         if self.cfg.min_face < 0:
             raise StreamdeidError(f"--min-face must be >= 0, got {self.cfg.min_face}")
         self._create = create_detector
-        self.fast: Detector = create_detector(self.cfg)
+        self.fast: Detector = create_detector(self.cfg)  # at cfg.input_size
+        self._fast_large: Detector | None = None  # at fast_side, for frames larger than 1 / fast_share of it
         self._scan: Detector | None = None
         self._scan_side: int | None = None  # input side the scan detector was built for
 
@@ -205,8 +206,19 @@ class FaceFinder:
         return SCAN_FACE_PX * max(width, height) / self.fast_side(width, height)
 
     def fast_side(self, width: int, height: int) -> int:
-        """Longest side of the fast pass's input for a frame of this size."""
-        return max(scaled_size(width, height, self.cfg.input_size))
+        """Longest side of the fast pass's input for a frame of this size: DetectConfig.input_size, or the
+        frame's longest side times DetectConfig.fast_share when that is more (never more than native)."""
+        side = max(scaled_size(width, height, self.cfg.input_size))
+        longest = max(width, height)
+        return max(side, min(longest, round(longest * self.cfg.fast_share)))
+
+    def _fast_for(self, width: int, height: int) -> Detector:
+        side = self.fast_side(width, height)
+        if side == max(scaled_size(width, height, self.cfg.input_size)):
+            return self.fast
+        if self._fast_large is None or self._fast_large.cfg.input_size != side:
+            self._fast_large = self.detector(replace(self.cfg, input_size=side))
+        return self._fast_large
 
     def detector(self, cfg: DetectConfig) -> Detector:
         """A detector of this finder's backend with ``cfg`` (another input size or threshold: the scan,
@@ -222,8 +234,8 @@ class FaceFinder:
     def find(self, image: np.ndarray, *, scan: bool) -> Detections:
         """Faces in one BGR frame; ``scan``: also run the small-face scan (when the frame needs one)."""
         bright = brighten(image)
-        found = [self.fast.detect(bright)]
         h, w = image.shape[:2]
+        found = [self._fast_for(w, h).detect(bright)]
         side = self.scan_side(w, h) if scan and h and w else None
         if side is not None:
             found.append(self.scan_trusted(self._scanner(side).detect(bright), w, h))
