@@ -179,9 +179,9 @@ class FaceFinder:
             raise StreamdeidError(f"--min-face must be >= 0, got {self.cfg.min_face}")
         self._create = create_detector
         self.fast: Detector = create_detector(self.cfg)  # at cfg.input_size
-        self._fast_large: Detector | None = None  # at fast_side, for frames larger than 1 / fast_share of it
-        self._scan: Detector | None = None
-        self._scan_side: int | None = None  # input side the scan detector was built for
+        # input side -> a detector built for it: the scan's, and the fast pass's for frames it sees at
+        # more than cfg.input_size (fast_share). A video needs one or two; a live feed that changes size more.
+        self._sized: dict[int, Detector] = {}
 
     def scan_side(self, width: int, height: int) -> int | None:
         """Longest side of the small-face scan's input for a frame of this size, or None if not needed."""
@@ -205,31 +205,30 @@ class FaceFinder:
         but also "faces" between them; the small-face scan sees them well."""
         return SCAN_FACE_PX * max(width, height) / self.fast_side(width, height)
 
+    def _input_side(self, width: int, height: int) -> int:
+        """Longest side of a frame of this size scaled to DetectConfig.input_size (``self.fast``'s input)."""
+        return max(scaled_size(width, height, self.cfg.input_size))
+
     def fast_side(self, width: int, height: int) -> int:
         """Longest side of the fast pass's input for a frame of this size: DetectConfig.input_size, or the
         frame's longest side times DetectConfig.fast_share when that is more (never more than native)."""
-        side = max(scaled_size(width, height, self.cfg.input_size))
         longest = max(width, height)
-        return max(side, min(longest, round(longest * self.cfg.fast_share)))
+        return max(self._input_side(width, height), min(longest, round(longest * self.cfg.fast_share)))
 
     def _fast_for(self, width: int, height: int) -> Detector:
         side = self.fast_side(width, height)
-        if side == max(scaled_size(width, height, self.cfg.input_size)):
-            return self.fast
-        if self._fast_large is None or self._fast_large.cfg.input_size != side:
-            self._fast_large = self.detector(replace(self.cfg, input_size=side))
-        return self._fast_large
+        return self.fast if side == self._input_side(width, height) else self._sized_detector(side)
 
     def detector(self, cfg: DetectConfig) -> Detector:
         """A detector of this finder's backend with ``cfg`` (another input size or threshold: the scan,
         and the still passes of detect/still.py)."""
         return self._create(cfg)
 
-    def _scanner(self, side: int) -> Detector:
-        if self._scan is None or self._scan_side != side:
-            self._scan = self.detector(replace(self.cfg, input_size=side))
-            self._scan_side = side
-        return self._scan
+    def _sized_detector(self, side: int) -> Detector:
+        """A detector of this finder's settings whose input's longest side is ``side`` (built once)."""
+        if side not in self._sized:
+            self._sized[side] = self.detector(replace(self.cfg, input_size=side))
+        return self._sized[side]
 
     def find(self, image: np.ndarray, *, scan: bool) -> Detections:
         """Faces in one BGR frame; ``scan``: also run the small-face scan (when the frame needs one)."""
@@ -238,7 +237,7 @@ class FaceFinder:
         found = [self._fast_for(w, h).detect(bright)]
         side = self.scan_side(w, h) if scan and h and w else None
         if side is not None:
-            found.append(self.scan_trusted(self._scanner(side).detect(bright), w, h))
+            found.append(self.scan_trusted(self._sized_detector(side).detect(bright), w, h))
         return drop_nested(merge(found, self.cfg.nms_threshold))
 
     def scan_trusted(self, dets: Detections, width: int, height: int) -> Detections:
