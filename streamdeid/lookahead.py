@@ -30,7 +30,7 @@ import numpy as np
 
 from .track.appearance import find, moved_to, template_of
 from .track.camera_motion import invert
-from .types import FrameResult, TrackedFace
+from .types import FrameResult, TrackedFace, longest_sides
 
 STILL_SHARE = 0.1  # of the face's size: a face that moved less after its first detection is still
 STILL_WITHIN = (2, 6)  # frames after the first detection in which a detection can show it still
@@ -82,9 +82,9 @@ class LookaheadBuffer:
         # motion of every frame in between (a panning camera moved them across the picture).
         templates = {f.track_id: template_of(first.frame.image, f.box) for f in faces
                      if self.match_templates and f.state == "detected"}
-        for f in faces:
-            if f.state == "detected":
-                self._unsettled[f.track_id] = _Backfill(f)
+        firsts = {f.track_id: f for f in faces if f.state == "detected"}  # (remembered tracks: not "detected")
+        for tid in firsts:
+            self._unsettled.pop(tid, None)  # a track found again is back-filled anew
         here, later = faces, first
         for back, earlier in enumerate(reversed(self._buf), start=1):
             if later.motion is not None:
@@ -98,8 +98,8 @@ class LookaheadBuffer:
             for f in here:
                 drawn = f if f.matched else f.widened(back, "backfilled")
                 earlier.faces.append(drawn)
-                if not f.matched and f.track_id in self._unsettled:
-                    self._unsettled[f.track_id].covers.append((earlier, drawn, f))
+                if not f.matched and f.track_id in firsts:
+                    self._unsettled.setdefault(f.track_id, _Backfill(firsts[f.track_id])).covers.append((earlier, drawn, f))
             if earlier.scene_cut:
                 return
             later = earlier
@@ -112,7 +112,7 @@ class LookaheadBuffer:
             fill.first = fill.first.moved(result.motion)
             fill.frames_since += 1
             now = detected.get(tid)
-            if result.scene_cut or fill.frames_since > STILL_WITHIN[1] or not fill.covers:
+            if result.scene_cut or fill.frames_since > STILL_WITHIN[1]:
                 del self._unsettled[tid]
             elif now is not None and fill.frames_since >= STILL_WITHIN[0]:
                 if _still(fill.first, now):
@@ -134,9 +134,10 @@ class LookaheadBuffer:
 
 def _still(first: TrackedFace, now: TrackedFace) -> bool:
     """``now`` lies within STILL_SHARE of ``first``'s size of it, at about its size."""
-    a, b = first.box.astype(np.float64), now.box.astype(np.float64)
-    size, size_now = max(a[2] - a[0], a[3] - a[1], 1.0), max(b[2] - b[0], b[3] - b[1], 1.0)
-    shift = float(np.hypot(*((a[:2] + a[2:]) / 2 - (b[:2] + b[2:]) / 2)))
+    boxes = np.stack([first.box, now.box]).astype(np.float64)  # [2, 4]
+    size, size_now = np.maximum(longest_sides(boxes), 1.0)
+    centres = (boxes[:, :2] + boxes[:, 2:]) / 2  # [2, 2]
+    shift = float(np.hypot(*(centres[1] - centres[0])))
     return shift <= STILL_SHARE * size and 0.8 <= size_now / size <= 1.25
 
 
