@@ -155,7 +155,9 @@ def test_ray_cluster_worker_killed_mid_file_is_retried_and_rerun_skips(tmp_path:
         while not killed and time.monotonic() < deadline:
             busy = _actor_pids("ray::BatchWorker.process")
             if busy:
-                time.sleep(1.0)  # well inside the file (each takes several seconds here)
+                # inside the file: the title is seen within 50 ms of its start, and a file of CLIPS takes about
+                # 1 s (files_per_minute 52 in a CI run where a 1 s wait landed after the file had finished)
+                time.sleep(0.25)
                 os.kill(busy[0], signal.SIGKILL)
                 killed.append(busy[0])
             time.sleep(0.05)
