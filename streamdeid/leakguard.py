@@ -34,7 +34,7 @@ import numpy as np
 from .align import landmarks_usable
 from .config import AnonymizeConfig
 from .identity.compare import MIN_SFACE_HEIGHT, blank_face, changed_share
-from .identity.sface import SFACE_MATCH_THRESHOLD, SFace, align_for_sface, cosine
+from .identity.sface import SFACE_MATCH_THRESHOLD, SFace, align_for_sface, cosine, shared_sface
 from .types import StreamdeidError, TrackedFace
 
 log = logging.getLogger(__name__)
@@ -78,10 +78,10 @@ class LeakGuard:
         if self.threshold > SFACE_MATCH_THRESHOLD:
             log.warning("leak guard threshold %.3f is laxer than SFace's %.3f", self.threshold,
                         SFACE_MATCH_THRESHOLD)
-        # No SFace, no guard, no generated faces: the caller refuses to run (fail closed). Two threads: the
-        # guard runs on the render thread beside detection, and still gains (hamilton, composite, two
-        # alternating pairs on 2 cores: 23.3 and 23.3 fps against 22.1 and 21.9 with one).
-        self.sface = sface if sface is not None else SFace(threads=2)
+        # No SFace, no guard, no generated faces: the caller refuses to run (fail closed). Two threads (the
+        # shared one): the guard runs on the render thread beside detection, and still gains (hamilton,
+        # composite, two alternating pairs on 2 cores: 23.3 and 23.3 fps against 22.1 and 21.9 with one).
+        self.sface = sface if sface is not None else shared_sface()
         self._seen: dict[int, int] = {}
         self.checks = 0  # faces compared so far
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .align.aligner import box_matrices, box_scaled_fits, crop_matrix, invert_similarities, template_fits, warp_aligned
-from .anonymizers.base import Anonymizer
+from .anonymizers.base import Anonymizer, guard_every
 from .anonymizers.classic import SolidAnonymizer
 from .blend import WarpedFace, blend_into, face_mask, mask_support, warp_to_frame
 from .blend.paste import paste_rois
@@ -92,12 +92,12 @@ class FrameRenderer:
         self.scale_free = bool(anonymizer.scale_free)
         self.color_match = bool(anonymizer.color_match)
         self.persistent = bool(anonymizer.persistent_fallback)
-        if guard is None and anonymizer.needs_leak_guard and anonymize.leak_guard:
+        every = guard_every(anonymize, anonymizer)
+        if guard is None and every is not None:
             from dataclasses import replace
 
             from .leakguard import LeakGuard
 
-            every = max(anonymize.leak_every, anonymizer.guard_every or 1)
             guard = LeakGuard(replace(anonymize, leak_every=every))
         self.guard = guard
         # Solid fill with no guard reads no face pixels: its aligned crops are left blank (_align).

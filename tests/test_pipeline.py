@@ -235,6 +235,22 @@ def test_default_cadence_detects_every_frame_under_the_leak_guard(every, guarded
     assert _detected_frames(_counting_stage(True, every, guarded), 10) == expected
 
 
+@pytest.mark.parametrize("method, leak_guard, leak_every", [("blur", True, 1), ("dbaf", True, 1), ("dbaf", False, 1),
+                                                          ("dbaf", True, 3), ("composite", True, 1)])
+def test_guard_cadence_is_known_without_building_the_anonymizer(method, leak_guard, leak_every) -> None:
+    """The review replays a run's tracking without an anonymizer (review/tracks.py): the guard cadence it
+    reads from the method's class is the one the run's renderer builds, so the replay detects on the
+    same frames (a guard on every frame makes the detector run on every frame)."""
+    from streamdeid.anonymizers import anonymizer_type, guard_every
+    from streamdeid.pipeline import build_renderer
+
+    cfg = PipelineConfig()
+    cfg.anonymize.method, cfg.anonymize.leak_guard, cfg.anonymize.leak_every = method, leak_guard, leak_every
+    guard = build_renderer(cfg).guard
+    assert guard_every(cfg.anonymize, anonymizer_type(method)) == (guard.every if guard is not None else None)
+    assert (guard is not None and guard.every == 1) == (method == "dbaf" and leak_guard and leak_every == 1)
+
+
 def test_scene_cut_forces_detection() -> None:
     stage = _counting_stage(False)
     for i in range(4):

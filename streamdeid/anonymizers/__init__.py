@@ -1,12 +1,13 @@
 """Anonymizers: batched crop -> crop transforms, created by name from AnonymizeConfig."""
 
 from ..registry import METHODS, load
-from .base import Anonymizer, AnonymizerBase, check_batch, reversible_method
+from .base import Anonymizer, AnonymizerBase, check_batch, guard_every, reversible_method
 from .classic import (
     REGISTRY,
     BlurAnonymizer,
     MosaicAnonymizer,
     SolidAnonymizer,
+    anonymizer_type,
     create_anonymizer,
     register_anonymizer,
 )
@@ -23,9 +24,11 @@ __all__ = [
     "DBAFAnonymizer",
     "MosaicAnonymizer",
     "SolidAnonymizer",
+    "anonymizer_type",
     "check_batch",
     "create_anonymizer",
     "dbaf_recover_crops",
+    "guard_every",
     "register_anonymizer",
     "reversible_method",
 ]

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 
 from ..types import FaceContext
+
+if TYPE_CHECKING:
+    from ..config import AnonymizeConfig
 
 
 @runtime_checkable
@@ -78,3 +81,14 @@ def check_batch(crops: np.ndarray, contexts: Sequence[FaceContext] | None = None
     if contexts is not None and len(contexts) != len(crops):
         raise ValueError(f"{len(crops)} crops but {len(contexts)} contexts")
     return crops
+
+
+def guard_every(anonymize: "AnonymizeConfig", anonymizer) -> int | None:
+    """Frames between the leak guard's checks of a track after its first ones (leakguard.py), for an
+    anonymizer (instance or class, see anonymizers.anonymizer_type) run with ``anonymize``; None: no guard.
+    1 means every frame,
+    which needs measured landmarks on every frame: the detector's default cadence follows it
+    (config.detect_cadence), in a run (pipeline.py) and in the review's replay of one (review/tracks.py)."""
+    if not (anonymizer.needs_leak_guard and anonymize.leak_guard):
+        return None
+    return max(int(anonymize.leak_every), anonymizer.guard_every or 1)

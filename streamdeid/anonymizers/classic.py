@@ -9,6 +9,7 @@ large, if a caller uses big crops): a fixed 15 px kernel would barely touch a
 from __future__ import annotations
 
 import math
+import typing
 from collections.abc import Callable, Sequence
 
 import cv2
@@ -140,3 +141,15 @@ def create_anonymizer(cfg: AnonymizeConfig | None = None) -> Anonymizer:
             f"unknown anonymization method {cfg.method!r} (choose from {', '.join(sorted(REGISTRY))})"
         ) from None
     return factory(cfg)
+
+
+def anonymizer_type(method: str) -> type:
+    """The class ``create_anonymizer`` builds for ``method``, without building it (its flags, such as
+    ``needs_leak_guard``, are class attributes): the factory itself, or the type its return annotation
+    names (``create_dbaf``)."""
+    try:
+        factory = REGISTRY[method]
+    except KeyError:
+        raise StreamdeidError(f"unknown anonymization method {method!r} (choose from {', '.join(sorted(REGISTRY))})"
+                              ) from None
+    return factory if isinstance(factory, type) else typing.get_type_hints(factory)["return"]

@@ -244,9 +244,9 @@ class CompositeAnonymizer(AnonymizerBase):
         """``cands`` without the composites SFace finds closest to this face (cosine >= SFACE_UNLIKE); the
         least alike one if none is left. One SFace call per track (the composites' are computed once)."""
         if self._sface is None:
-            from ..identity.sface import SFace
+            from ..identity.sface import shared_sface
 
-            self._sface = SFace(threads=1)
+            self._sface = shared_sface()  # the leak guard's too
             self._embeddings = self._shipped_embeddings()
             if self._embeddings is None:  # another bank or SFace model: 26 ms per composite, once
                 self._embeddings = composite_embeddings(self._sface, self.faces)

@@ -19,6 +19,8 @@ element-wise ops onnxruntime runs faster (the same embeddings, 1.6x faster).
 
 from __future__ import annotations
 
+import functools
+
 import threading
 from pathlib import Path
 
@@ -263,3 +265,12 @@ class SFace:
     def embed_face(self, image: np.ndarray, landmarks5: np.ndarray) -> np.ndarray:
         """Align one face of ``image`` and embed it: [128]."""
         return self.embed(align_for_sface(image, landmarks5)[None])[0]
+
+
+@functools.cache
+def shared_sface() -> SFace:
+    """The process's one SFace on the shipped model, on two threads, for the stages of a run that need it
+    (the leak guard, the composite's fit): one session's memory and load instead of one each. ``embed``
+    holds a lock, so the stages may call it from their threads. Two threads: the guard runs on the render
+    thread beside detection and still gains (leakguard.py)."""
+    return SFace(threads=2)

@@ -100,6 +100,7 @@ def read_audit_log(path: Path) -> Tracks:
 
 def track_source(source: str, config: PipelineConfig, progress: Callable[[int], None] | None = None) -> Tracks:
     """Detection + tracking + back-fill on ``source`` in process: the run's tracks for these options."""
+    from ..anonymizers import anonymizer_type, guard_every
     from ..lookahead import LookaheadBuffer
     from ..stages import FaceStage
     from ..summary import StageTimes
@@ -107,7 +108,8 @@ def track_source(source: str, config: PipelineConfig, progress: Callable[[int], 
 
     t0 = time.perf_counter()
     covers: list[Cover] = []
-    guarded = config.anonymize.method == "dbaf"  # the leak guard sets the default cadence (config.detect_cadence)
+    # a leak guard on every frame sets the default cadence (config.detect_cadence), as in Pipeline
+    guarded = guard_every(config.anonymize, anonymizer_type(config.anonymize.method)) == 1
 
     def take(result) -> None:
         for face in result.faces:
