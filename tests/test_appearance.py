@@ -57,6 +57,33 @@ def test_face_is_found_where_it_moved_and_not_where_it_left(obama):
     assert find(grey, template, box) is None
 
 
+def test_a_face_the_frame_edge_cuts_is_found_by_the_part_inside(obama):
+    """A face leaving through the left edge (its guess half outside the frame) is matched with the part of
+    its template that stays inside; a template cut from a face the edge cut finds the face further in; a
+    face mostly outside the frame, or hidden, is not found (its cover stays widened)."""
+    image, box, _ = obama
+    size = box[3] - box[1]
+    template = template_of(image, box)
+    left = round(box[0] + 0.5 * (box[2] - box[0]))  # the picture moved left: half the face is outside
+    d = np.array([-left, 0])
+    guess = box + np.tile(d + [round(0.06 * size), 0], 2)  # the guess lags the face a little
+    moved = find(shifted(image, *d), template, guess)
+    assert moved is not None
+    np.testing.assert_allclose(moved, box + np.tile(d, 2), atol=0.03 * size)
+    cut = template_of(shifted(image, *d), box + np.tile(d, 2))  # detected half outside the frame
+    assert cut is not None and not cut.whole and cut.offset[0] > 0
+    back = np.array([round(0.1 * size) - left, 0])  # the face 10% further in on another frame
+    found = find(shifted(image, *back), cut, box + np.tile(d, 2))
+    assert found is not None
+    np.testing.assert_allclose(found, box + np.tile(back, 2), atol=0.03 * size)
+    far = np.array([-round(box[0] + 0.85 * (box[2] - box[0])), 0])  # 15% of the face inside
+    assert find(shifted(image, *far), template, box + np.tile(far, 2)) is None
+    gone = shifted(image, *d)  # someone in front of the part inside: background from its right
+    y1, y2, x2 = int(box[1]), int(box[3]), int(box[2]) + d[0]
+    gone[y1:y2, :x2] = gone[y1:y2, x2:2 * x2]
+    assert find(gone, template, guess) is None
+
+
 def test_held_face_found_by_its_pixels_is_not_widened():
     tracker = FaceTracker(fps=25, config=TrackConfig())
     (first,) = tracker.update(dets([face(200, 150, h=40)]))
