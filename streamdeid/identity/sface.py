@@ -217,6 +217,10 @@ class SFace:
         so.log_severity_level = 3  # silence "initializer appears in graph inputs" warnings
         so.intra_op_num_threads = max(1, int(threads))
         so.inter_op_num_threads = 1
+        # Threads that wait without spinning: spinning ones took CPU the detector and the render needed
+        # (composite on short_hamilton_clip.mp4, benchmarks/fps.py, alternating: 23.7 and 20.5 fps, 24.0 and
+        # 27.8 s of CPU spinning; 24.5 and 25.8 fps, 21.0 and 19.5 s not)
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         # Weights are stored int8 + DequantizeLinear feeding float convs: let the
         # optimizer constant-fold the dequantization once (2x faster per face).
         so.add_session_config_entry("session.disable_quant_qdq", "1")
