@@ -25,6 +25,10 @@ class OnnxRuntimeBackend(Backend):
         opts.intra_op_num_threads = int(intra_op_threads)
         opts.inter_op_num_threads = int(inter_op_threads)
         opts.log_severity_level = int(log_severity_level)
+        # waiting threads do not spin: the generator runs on the render thread beside the detector
+        # (dbaf on short_hamilton_clip.mp4, benchmarks/fps.py, alternating: 4.3 and 4.2 fps and 115-117 s of CPU
+        # spinning, 4.4 and 4.5 fps and 110-111 s not)
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = ort.InferenceSession(str(model_path), opts, providers=list(providers))
         inputs = {i.name: i for i in self.session.get_inputs()}
         outputs = {o.name for o in self.session.get_outputs()}
