@@ -86,9 +86,9 @@ def check_batch(crops: np.ndarray, contexts: Sequence[FaceContext] | None = None
 def guard_every(anonymize: "AnonymizeConfig", anonymizer) -> int | None:
     """Frames between the leak guard's checks of a track after its first ones (leakguard.py), for an
     anonymizer (instance or class, see anonymizers.anonymizer_type) run with ``anonymize``; None: no guard.
-    1 means every frame,
-    which needs measured landmarks on every frame: the detector's default cadence follows it
-    (config.detect_cadence), in a run (pipeline.py) and in the review's replay of one (review/tracks.py)."""
+    1 means every frame, which needs measured landmarks on every frame: the detector's default cadence
+    follows it (config.detect_cadence), in a run (pipeline.py) and in the review's replay of one
+    (review/tracks.py)."""
     if not (anonymizer.needs_leak_guard and anonymize.leak_guard):
         return None
     return max(int(anonymize.leak_every), anonymizer.guard_every or 1)

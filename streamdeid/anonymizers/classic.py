@@ -134,22 +134,22 @@ def register_anonymizer(name: str, factory: Callable[[AnonymizeConfig], Anonymiz
 def create_anonymizer(cfg: AnonymizeConfig | None = None) -> Anonymizer:
     """The anonymizer named by ``cfg.method``; a StreamdeidError for unknown names."""
     cfg = cfg or AnonymizeConfig()
-    try:
-        factory = REGISTRY[cfg.method]
-    except KeyError:
-        raise StreamdeidError(
-            f"unknown anonymization method {cfg.method!r} (choose from {', '.join(sorted(REGISTRY))})"
-        ) from None
-    return factory(cfg)
+    return _factory(cfg.method)(cfg)
 
 
 def anonymizer_type(method: str) -> type:
     """The class ``create_anonymizer`` builds for ``method``, without building it (its flags, such as
     ``needs_leak_guard``, are class attributes): the factory itself, or the type its return annotation
     names (``create_dbaf``)."""
-    try:
-        factory = REGISTRY[method]
-    except KeyError:
-        raise StreamdeidError(f"unknown anonymization method {method!r} (choose from {', '.join(sorted(REGISTRY))})"
-                              ) from None
+    factory = _factory(method)
     return factory if isinstance(factory, type) else typing.get_type_hints(factory)["return"]
+
+
+def _factory(method: str) -> Callable[[AnonymizeConfig], Anonymizer]:
+    """The registered factory for ``method``; a StreamdeidError for unknown names."""
+    try:
+        return REGISTRY[method]
+    except KeyError:
+        raise StreamdeidError(
+            f"unknown anonymization method {method!r} (choose from {', '.join(sorted(REGISTRY))})"
+        ) from None

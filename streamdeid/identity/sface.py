@@ -20,7 +20,6 @@ element-wise ops onnxruntime runs faster (the same embeddings, 1.6x faster).
 from __future__ import annotations
 
 import functools
-
 import threading
 from pathlib import Path
 
