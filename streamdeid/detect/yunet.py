@@ -83,7 +83,9 @@ class _OrtYuNet:
     5 s run."""
 
     def __init__(self, path: str, cfg: DetectConfig) -> None:
-        self._one, self._two = _session(path, 1), _session(path, 2)
+        self._path = path
+        self._one = _session(path, 1)
+        self._two = None  # built on the first large input (about 19 ms): the 640 px fast pass never needs it
         self._names = [o.name for o in self._one.get_outputs()]
         self.cfg = cfg
         # The input of the last size, kept: a 3840 x 2176 one is 100 MB, and allocating it anew for every
@@ -94,8 +96,10 @@ class _OrtYuNet:
     def __call__(self, image: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         h, w = image.shape[:2]
         ph, pw = -(-h // ALIGN) * ALIGN, -(-w // ALIGN) * ALIGN
-        session = self._two if ph * pw >= TWO_THREADS_FROM else self._one
         with self._lock:
+            session = self._one
+            if ph * pw >= TWO_THREADS_FROM:
+                session = self._two = self._two or _session(self._path, 2)
             if self._blob.shape[2:] != (ph, pw):
                 self._blob = np.zeros((1, 3, ph, pw), np.float32)  # [1, 3, H, W] BGR 0-255, black padding
             self._blob[0, :, :h, :w] = image.transpose(2, 0, 1)
