@@ -256,27 +256,55 @@ class FaceSet:
         self.names = names
         self.images = torch.from_numpy(np.ascontiguousarray(np.asarray(arr).transpose(0, 3, 1, 2)))  # [N, 3, R, R]
         self.rank, self.world = rank, world
+        self._perm: tuple = (None, None)  # ((seed, epoch), that epoch's permutation on the crops' device)
 
     def __len__(self) -> int:
         return len(self.names)
 
+    def to(self, device) -> "FaceSet":
+        """Keep the crops on ``device`` (uint8: 111 MB for 9,062 crops at 64 px), so that a batch is
+        gathered there and no image crosses from the host in the training loop."""
+        self.images = self.images.to(device)
+        self._perm = (None, None)
+        return self
+
     def indices(self, seed: int, step: int, batch: int) -> np.ndarray:
         """Indices of this process's batch at ``step`` (global batch = batch * world)."""
-        n, gb = len(self), batch * self.world
-        per_epoch = max(n // gb, 1)
-        epoch, pos = divmod(step, per_epoch)
-        perm = np.random.default_rng([seed, epoch]).permutation(n)
-        if n < gb:
-            perm = np.resize(perm, gb)
-        start = pos * gb + self.rank * batch
-        return perm[start:start + batch]
+        epoch, start = self._position(step, batch)
+        return self._epoch_perm(seed, epoch, start + batch)[start:start + batch]
 
-    def batch(self, idx: np.ndarray, flip_seed: int | None = None):
+    def _position(self, step: int, batch: int) -> tuple[int, int]:
+        per_epoch = max(len(self) // (batch * self.world), 1)
+        epoch, pos = divmod(step, per_epoch)
+        return epoch, pos * batch * self.world + self.rank * batch
+
+    def _epoch_perm(self, seed: int, epoch: int, need: int) -> np.ndarray:
+        """Epoch ``epoch``'s order of the crops, repeated where fewer crops than ``need`` exist."""
+        perm = np.random.default_rng([seed, epoch]).permutation(len(self))
+        return np.resize(perm, need) if len(perm) < need else perm
+
+    def step_batch(self, seed: int, step: int, batch: int, flip: bool) -> "torch.Tensor":
+        """The batch of ``step`` as float [B, 3, R, R] in [-1, 1], gathered on the crops' device.
+
+        The epoch's permutation is copied to the device once per epoch (a copy from the host waits
+        for the GPU's queue; once a step would hold every step to the GPU's pace). Flips draw from
+        torch's default generator, which the loop seeds from (seed, step, rank): resume stays exact.
+        """
         import torch
 
-        x = self.images[torch.as_tensor(idx, dtype=torch.long)].float().div_(127.5).sub_(1.0)  # [B, 3, R, R]
-        if flip_seed is not None:
-            flip = np.random.default_rng(flip_seed).random(len(idx)) < 0.5
-            if flip.any():
-                x[torch.as_tensor(flip)] = x[torch.as_tensor(flip)].flip(-1)
+        epoch, start = self._position(step, batch)
+        if self._perm[0] != (seed, epoch):
+            perm = self._epoch_perm(seed, epoch, batch * self.world)
+            self._perm = ((seed, epoch), torch.as_tensor(perm, dtype=torch.long).to(self.images.device))
+        idx = self._perm[1][start:start + batch]
+        x = self.images[idx].float().div_(127.5).sub_(1.0)  # [B, 3, R, R]
+        if flip:
+            mirror = torch.rand(x.shape[0], device=x.device) < 0.5
+            x = torch.where(mirror[:, None, None, None], x.flip(-1), x)
         return x
+
+    def batch(self, idx: np.ndarray) -> "torch.Tensor":
+        """Fixed crops (sample grids, tests) as float [B, 3, R, R] in [-1, 1]."""
+        import torch
+
+        return self.images[torch.as_tensor(idx, dtype=torch.long).to(self.images.device)].float().div_(127.5).sub_(1.0)

@@ -20,6 +20,7 @@ switchable back to the paper's form by ``LossConfig``:
 
 from __future__ import annotations
 
+import functools
 from functools import lru_cache
 
 import torch
@@ -27,6 +28,28 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import AugmentConfig, LossConfig
+
+
+def fp32(fn):
+    """Run a loss in fp32 under any autocast (its tensor arguments cast up, lists of tensors too).
+
+    bf16 keeps 8 bits of mantissa: SSIM's variances, E[x^2] - E[x]^2, cancel to zero or below
+    and its ratio goes to -inf (seen on the first step of the bf16 dry run)."""
+
+    def up(a):
+        if isinstance(a, torch.Tensor):
+            return a.float()
+        if isinstance(a, (list, tuple)) and a and all(isinstance(t, torch.Tensor) for t in a):
+            return [t.float() for t in a]
+        return a
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        dev = next(a.device.type for a in args if isinstance(a, torch.Tensor))
+        with torch.autocast(dev, enabled=False):
+            return fn(*(up(a) for a in args), **{k: up(v) for k, v in kwargs.items()})
+
+    return wrapper
 
 
 # --------------------------------------------------------------------- SFace
@@ -211,6 +234,7 @@ class Perceptual(nn.Module):
     def needs_sface_maps(self) -> bool:
         return self.cfg.perceptual == "ssim-sface" and self.cfg.feat_weight > 0
 
+    @fp32
     def forward(self, y: torch.Tensor, x: torch.Tensor, maps_y=None, maps_x=None) -> torch.Tensor:
         """Scalar perceptual distance of y to x ([B, 3, R, R] in [-1, 1])."""
         if self.cfg.perceptual == "lpips-vgg":
@@ -259,6 +283,7 @@ class Parsing(nn.Module):
         else:
             raise ValueError(f"unknown parsing loss {self.form!r} (region | module)")
 
+    @fp32
     def forward(self, y: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
         if self.form == "module":
             with torch.no_grad():

@@ -1,4 +1,5 @@
-"""The five training stages. Each ``train_step`` takes a batch x [B, 3, R, R] in [-1, 1].
+"""The five training stages. Each ``train_step`` takes a batch x [B, 3, R, R] in [-1, 1] and returns
+its losses as detached tensors on the device (no host sync inside a step).
 
 stylegan2    stage 0a: mapping + decoder, unconditional non-saturating GAN, lazy R1, EMA, DiffAugment
 e4e          stage 0b: encoder on the frozen decoder (progressive W+ deltas, delta regularisation)
@@ -46,24 +47,24 @@ class _LossMixin:
     def perceptual(self, y, x, ay, ax) -> torch.Tensor:
         return self.perc(y, x, ay[1] if ay[0] is not None else None, ax[1] if ax[0] is not None else None)
 
-    def d_update(self, real: torch.Tensor, fake: torch.Tensor, step: int) -> dict[str, float]:
+    def d_update(self, real: torch.Tensor, fake: torch.Tensor, step: int) -> dict[str, torch.Tensor]:
         """Discriminator: logistic loss on augmented real/fake; lazy R1 every r1_every steps."""
         self.requires_grad_d(True)
         d_loss = L.d_logistic(self.D(self.aug(real)), self.D(self.aug(fake.detach())))
         self.disc_step(d_loss)
-        out = {"d": float(d_loss.detach())}
+        out = {"d": d_loss.detach()}
         if self.st.r1_every and step % self.st.r1_every == 0:
             gamma = self.cfg.r1_gamma(self.name)
             r1 = L.r1_penalty(self.D, real, self.aug)
             self.disc_step(gamma / 2 * r1 * self.st.r1_every)
-            out["r1"] = float(r1.detach())
+            out["r1"] = r1.detach()
         self.requires_grad_d(False)
         return out
 
     def adv(self, fake: torch.Tensor) -> torch.Tensor:
         return L.g_nonsat(self.D(self.aug(fake)))
 
-    def adversarial_step(self, real, make_fake, terms: dict, w: dict, step: int) -> dict[str, float]:
+    def adversarial_step(self, real, make_fake, terms: dict, w: dict, step: int) -> dict[str, torch.Tensor]:
         """Discriminator update on ``make_fake()`` and its adversarial term (when
         weighted), then one generator step on the weighted ``terms``."""
         out = {}
@@ -73,19 +74,20 @@ class _LossMixin:
             terms["adv"] = self.adv(fake)
         return self.generator_step(terms, w, out)
 
-    def generator_step(self, terms: dict, w: dict, out: dict) -> dict[str, float]:
-        """Optimise the weighted sum of ``terms``; the step's log record."""
+    def generator_step(self, terms: dict, w: dict, out: dict) -> dict[str, torch.Tensor]:
+        """Optimise the weighted sum of ``terms``; the step's losses, detached and left on the device
+        (the loop turns them into floats once per log interval)."""
         loss = _sum(terms, w)
         self.gen_step(loss)
-        return {"loss": float(loss.detach()), **_floats(terms), **out}
+        return {"loss": loss.detach(), **_detached(terms), **out}
 
 
 def _sum(terms: dict[str, torch.Tensor], weights: dict[str, float]) -> torch.Tensor:
     return sum(weights.get(k, 0.0) * v for k, v in terms.items())
 
 
-def _floats(terms: dict[str, torch.Tensor]) -> dict[str, float]:
-    return {k: float(v.detach()) for k, v in terms.items()}
+def _detached(terms: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {k: v.detach() for k, v in terms.items()}
 
 
 def _mixed_wplus(G, batch: int, mix_prob: float) -> torch.Tensor:
@@ -115,7 +117,7 @@ class StyleGAN2Stage(_LossMixin, Trainer):
         out = self.d_update(x, fake, step)
         g = self.adv(fake)
         self.gen_step(self.st.weights.get("adv", 1.0) * g)
-        return {"g_adv": float(g.detach()), **out}
+        return {"g_adv": g.detach(), **out}
 
     def sample_rows(self, x):
         G = self.G_ema or self.G

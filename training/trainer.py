@@ -143,7 +143,11 @@ class Trainer:
         self.mcfg = cfg.dbaf
         self.G = DBAF(self.mcfg).to(self.device)
         self.D = Discriminator(self.mcfg).to(self.device) if self.uses_disc else None
-        self.data = FaceSet(data_dir, cfg.resolution, rank=self.dist.rank, world=self.dist.world)
+        self.data = FaceSet(data_dir, cfg.resolution, rank=self.dist.rank, world=self.dist.world).to(self.device)
+        if cfg.channels_last:  # NHWC: the layout cuDNN's tensor-core convolutions read without a transpose
+            self.G.to(memory_format=torch.channels_last)
+            if self.D is not None:
+                self.D.to(memory_format=torch.channels_last)
         self.init_source = init
         if init and init != "none":
             self._load_init(Path(init))
@@ -327,7 +331,30 @@ class Trainer:
 
     def fixed_batch(self) -> torch.Tensor:
         n = min(8, len(self.data))
-        return self.data.batch(np.arange(n)).to(self.device)
+        return self.data.batch(np.arange(n))
+
+    def autocast(self):
+        """bf16 autocast of the step where the config asks (``amp``); parameters, optimizer state and
+        the loss sums stay fp32."""
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.amp == "bf16")
+
+    def _flush(self, pending: list[tuple[int, dict]]) -> list[dict]:
+        """Per-step loss tensors -> float records, in one device-to-host copy for all of them.
+
+        The steps keep their losses on the device: a ``float()`` per loss and step would make the
+        host wait for the GPU every step, and the launch queue would run dry."""
+        if not pending:
+            return []
+        names = [list(d) for _, d in pending]
+        flat = torch.stack([v.detach().float().reshape(()) for _, d in pending for v in d.values()]).tolist()
+        records, i = [], 0
+        for (step, _), keys in zip(pending, names):
+            records.append({"step": step, **dict(zip(keys, flat[i:i + len(keys)]))})
+            i += len(keys)
+        for rec in records:
+            if not all(np.isfinite(v) for k, v in rec.items() if k != "step"):
+                raise FloatingPointError(f"{self.name}: non-finite loss at step {rec['step']}: {rec}")
+        return records
 
     @torch.no_grad()
     def write_samples(self) -> None:
@@ -355,36 +382,40 @@ class Trainer:
         self.G.train()
         if self.D is not None:
             self.D.train()
-        records, window, t_last_ckpt, done = [], [], time.time(), 0
+        records, pending, t_window, t_last_ckpt, done = [], [], time.time(), time.time(), 0
+        t_run, elapsed0 = time.time(), self.elapsed
         timed_out = False
         while self.step < total and (stop_after is None or done < stop_after) and not timed_out:
-            t0 = time.time()
             step = self.step
             torch.manual_seed(step_seed(cfg.seed, step, self.dist.rank))
-            idx = self.data.indices(cfg.seed, step, cfg.batch)
-            flip_seed = step_seed(cfg.seed + 1, step, self.dist.rank) if cfg.augment.hflip_data else None
-            x = self.data.batch(idx, flip_seed).to(self.device)
-            losses = self.train_step(x, step)
+            x = self.data.step_batch(cfg.seed, step, cfg.batch, cfg.augment.hflip_data)
+            if cfg.channels_last:
+                x = x.contiguous(memory_format=torch.channels_last)
+            with self.autocast():
+                losses = self.train_step(x, step)
             self.update_ema()
             self.step += 1
             done += 1
-            dt = time.time() - t0
-            self.elapsed += dt
-            window.append(dt)
-            rec = {"step": self.step, **losses}
-            records.append(rec)
-            if not all(np.isfinite(v) for v in losses.values()):
-                raise FloatingPointError(f"{self.name}: non-finite loss at step {self.step}: {losses}")
-            if self.dist.main and (self.step % cfg.log_every == 0 or self.step == total):
-                self._log_line({**rec, "s_per_it": float(np.mean(window)), "time": time.time(),
-                                "elapsed_h": self.elapsed / 3600})
-                window = []
+            self.elapsed = elapsed0 + time.time() - t_run  # wall time: a GPU runs behind the host's launches
+            pending.append((self.step, losses))
+            timed_out = deadline is not None and time.time() >= deadline
+            ends = self.step == total or timed_out or (stop_after is not None and done >= stop_after)
+            if self.step % cfg.log_every == 0 or ends:
+                flushed = self._flush(pending)  # waits for the GPU: the window's wall time is real
+                records += flushed
+                if self.dist.main:
+                    now = time.time()
+                    self._log_line({**flushed[-1], "s_per_it": (now - t_window) / len(flushed), "time": now,
+                                    "elapsed_h": self.elapsed / 3600})
+                    t_window = now
+                pending = []
             if self.dist.main and cfg.sample_every and self.step % cfg.sample_every == 0:
                 self.write_samples()
-            timed_out = deadline is not None and time.time() >= deadline
             due = (self.step % cfg.ckpt_every == 0 or time.time() - t_last_ckpt > 60 * cfg.ckpt_minutes
                    or self.step == total or timed_out)
             if self.dist.main and due:
+                records += self._flush(pending)  # a checkpoint holds only steps known to be finite
+                pending = []
                 self.save()
                 t_last_ckpt = time.time()
         if self.dist.main and timed_out:

@@ -140,8 +140,8 @@ class Discriminator(nn.Module):
         g = min(b, self.stddev_group)
         while b % g:
             g -= 1
-        std = out.view(g, -1, 1, c, h, w)
+        std = out.reshape(g, -1, 1, c, h, w)
         std = torch.sqrt(std.var(0, unbiased=False) + 1e-8).mean(dim=(2, 3, 4), keepdim=True).squeeze(2)
         std = std.repeat(g, 1, h, w)  # [B, 1, 4, 4]
         out = self.final_conv(torch.cat([out, std], 1))
-        return self.final_linear(out.view(b, -1))
+        return self.final_linear(out.reshape(b, -1))  # reshape: a channels_last map is not viewable
