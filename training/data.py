@@ -21,8 +21,12 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:  # torch is imported where crops are loaded: `prepare` runs without it
+    import torch
 
 PREPARED_FILE = "prepared.json"
 TRAIN_LIST = "train.txt"
@@ -283,7 +287,7 @@ class FaceSet:
         perm = np.random.default_rng([seed, epoch]).permutation(len(self))
         return np.resize(perm, need) if len(perm) < need else perm
 
-    def step_batch(self, seed: int, step: int, batch: int, flip: bool) -> "torch.Tensor":
+    def step_batch(self, seed: int, step: int, batch: int, flip: bool) -> torch.Tensor:
         """The batch of ``step`` as float [B, 3, R, R] in [-1, 1], gathered on the crops' device.
 
         The epoch's permutation is copied to the device once per epoch (a copy from the host waits
@@ -303,7 +307,7 @@ class FaceSet:
             x = torch.where(mirror[:, None, None, None], x.flip(-1), x)
         return x
 
-    def batch(self, idx: np.ndarray) -> "torch.Tensor":
+    def batch(self, idx: np.ndarray) -> torch.Tensor:
         """Fixed crops (sample grids, tests) as float [B, 3, R, R] in [-1, 1]."""
         import torch
 

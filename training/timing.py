@@ -61,7 +61,6 @@ def time_stages(preset: str, over: dict, stages: list[str], data: str, steps: in
                    "s_per_it": float(np.mean(times[1:] or times)), "first_s": times[0]}
             if profile:
                 rec["aten_calls_per_step"] = count_aten_calls(lambda: trainer.run(cfg.stages[name].steps, stop_after=1))
-            del trainer
             yield rec
 
 
