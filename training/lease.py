@@ -96,6 +96,24 @@ def probe(data: Path, plan: list[tuple[str, float]], over: dict, steps: int, out
     return layout
 
 
+def probe_fitting(data: Path, plan: list[tuple[str, float]], over: dict, steps: int, out: Path) -> dict:
+    """``probe``, halving the batch (in ``over``) while a stage runs out of device memory."""
+    import torch
+
+    from .config import preset
+
+    over.setdefault("batch", preset("gpu-lease").batch)
+    while True:
+        try:
+            return probe(data, plan, over, steps, out)
+        except torch.OutOfMemoryError:
+            if over["batch"] <= 8:
+                raise
+            over["batch"] //= 2
+            torch.cuda.empty_cache()
+            log(f"probe: out of device memory, batch {over['batch']} now")
+
+
 # ------------------------------------------------------------------ 4-5. copies home
 def newest_generator(run: Path) -> Path | None:
     gens = [p for p in run.glob("*/generator.safetensors") if p.is_file()]
@@ -174,7 +192,7 @@ def run_lease(args) -> int:
     if not (data / "crops.npy").is_file():
         log(f"unpack: {unpack(Path(args.packed), data)}")
     over = {"device": args.device, **({"batch": args.batch} if args.batch else {})}
-    layout = probe(data, plan, over, args.probe_steps, out) if args.probe_steps else dict(FAST_LAYOUT)
+    layout = probe_fitting(data, plan, over, args.probe_steps, out) if args.probe_steps else dict(FAST_LAYOUT)
     cfg_file = run / "lease.json"
     cfg_file.write_text(json.dumps({**over, **layout}), encoding="utf-8")
     (out / "lease.json").write_text(json.dumps({**info, **over, **layout, "minutes": args.minutes,

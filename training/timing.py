@@ -59,6 +59,9 @@ def time_stages(preset: str, over: dict, stages: list[str], data: str, steps: in
             rec = {"stage": name, "resolution": cfg.resolution, "batch": cfg.batch, "device": str(trainer.device),
                    "amp": cfg.amp, "channels_last": cfg.channels_last, "threads": torch.get_num_threads(),
                    "s_per_it": float(np.mean(times[1:] or times)), "first_s": times[0]}
+            if trainer.device.type == "cuda":
+                rec["peak_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
+                torch.cuda.reset_peak_memory_stats()
             if profile:
                 rec["aten_calls_per_step"] = count_aten_calls(lambda: trainer.run(cfg.stages[name].steps, stop_after=1))
             yield rec
