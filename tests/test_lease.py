@@ -51,7 +51,7 @@ def lease_tree(tmp_path_factory):
 def test_the_lease_runs_on_the_cpu_and_brings_a_generator_home(lease_tree):
     root, tree = lease_tree
     out, run = root / "out1", root / "run1"
-    res = _lease(tree, out, run)
+    res = _lease(tree, out, run, "--compare-layouts")
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert "preflight ok" in res.stdout and "probe: training with" in res.stdout
     probes = [json.loads(line) for line in (out / "probe.jsonl").read_text().splitlines()]

@@ -382,7 +382,7 @@ class Trainer:
         self.G.train()
         if self.D is not None:
             self.D.train()
-        records, pending, t_window, t_last_ckpt, done = [], [], time.time(), time.time(), 0
+        records, pending, t_window, t_last_ckpt, done, in_window = [], [], time.time(), time.time(), 0, 0
         t_run, elapsed0 = time.time(), self.elapsed
         timed_out = False
         while self.step < total and (stop_after is None or done < stop_after) and not timed_out:
@@ -398,6 +398,7 @@ class Trainer:
             done += 1
             self.elapsed = elapsed0 + time.time() - t_run  # wall time: a GPU runs behind the host's launches
             pending.append((self.step, losses))
+            in_window += 1
             timed_out = deadline is not None and time.time() >= deadline
             ends = self.step == total or timed_out or (stop_after is not None and done >= stop_after)
             if self.step % cfg.log_every == 0 or ends:
@@ -405,9 +406,9 @@ class Trainer:
                 records += flushed
                 if self.dist.main:
                     now = time.time()
-                    self._log_line({**flushed[-1], "s_per_it": (now - t_window) / len(flushed), "time": now,
+                    self._log_line({**flushed[-1], "s_per_it": (now - t_window) / in_window, "time": now,
                                     "elapsed_h": self.elapsed / 3600})
-                    t_window = now
+                    t_window, in_window = now, 0
                 pending = []
             if self.dist.main and cfg.sample_every and self.step % cfg.sample_every == 0:
                 self.write_samples()
