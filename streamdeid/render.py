@@ -23,14 +23,29 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .align.aligner import box_matrices, box_scaled_fits, crop_matrix, invert_similarities, template_fits, warp_aligned
+from .align.aligner import (
+    box_matrices,
+    box_scaled_fits,
+    crop_matrix,
+    invert_similarities,
+    template_fits,
+    warp_aligned,
+)
+from .align.steady import SteadyAlignment
 from .anonymizers.base import Anonymizer, guard_every
 from .anonymizers.classic import SolidAnonymizer
 from .blend import WarpedFace, blend_into, face_mask, mask_support, warp_to_frame
 from .blend.paste import paste_rois
 from .config import AlignConfig, AnonymizeConfig, BlendConfig
 from .cover_size import drawn_growth
-from .types import AlignedFace, FaceContext, FrameResult, TrackedFace, longest_sides, scaled_about_centre
+from .types import (
+    AlignedFace,
+    FaceContext,
+    FrameResult,
+    TrackedFace,
+    longest_sides,
+    scaled_about_centre,
+)
 
 if TYPE_CHECKING:
     from .leakguard import LeakGuard
@@ -90,6 +105,7 @@ class FrameRenderer:
         # so a small face gets a small crop: the warps, the fill and the blur cost what its pixels
         # cost, not a 128 px crop each (a crowd has hundreds of 15-40 px faces).
         self.scale_free = bool(anonymizer.scale_free)
+        self.steady = SteadyAlignment() if getattr(anonymizer, "steadied", False) else None
         self.color_match = bool(anonymizer.color_match)
         self.persistent = bool(anonymizer.persistent_fallback)
         every = guard_every(anonymize, anonymizer)
@@ -142,8 +158,20 @@ class FrameRenderer:
         faces, aligned, rois = [f for f, _, _ in found], [a for _, a, _ in found], [r for _, _, r in found]
         crops = [a.crop for a in aligned]
         contexts = [FaceContext(f.track_id, result.frame.index, self.key_for_track(f.track_id)) for f in faces]
+        if self.steady is not None:
+            self._steady(result, faces, aligned, contexts)
         live = [i for i, f in enumerate(faces) if f.track_id not in self.solid_tracks]
         return _Job(result, faces, aligned, rois, crops, contexts, live, list(crops), [FALLBACK] * len(faces))
+
+    def _steady(self, result: FrameResult, faces: list[TrackedFace], aligned: list[AlignedFace],
+                contexts: list[FaceContext]) -> None:
+        """Each face's steady crop -> crop map, for an anonymizer that draws at fixed crop coordinates."""
+        if result.scene_cut:
+            self.steady.reset()
+        for f, a, ctx in zip(faces, aligned, contexts):
+            ctx.steady = self.steady.correction(f.track_id, result.frame.index, a.inverse, len(a.crop),
+                                                result.motion)
+        self.steady.forget({f.track_id for f in faces})
 
     def _finish(self, job: "_Job") -> list[PastedFace]:
         """Solid fill for tracks already on it, the leak guard, then paste back."""

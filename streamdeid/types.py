@@ -186,6 +186,8 @@ class FaceContext:
     track_id: int
     frame_index: int
     key: bytes | None = None  # per-track key material (32 bytes) when a key file is in use
+    # [2, 3] steady crop -> this crop (align/steady.py), for anonymizers that ask (``steadied``); None: identity
+    steady: np.ndarray | None = None
 
 
 @dataclass

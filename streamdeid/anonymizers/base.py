@@ -38,6 +38,9 @@ class Anonymizer(Protocol):
     # A track whose batch failed stays on solid fill for the rest of the run instead of flickering.
     persistent_fallback: bool
     reversible: bool  # G(G(x, P), P) = x: ``recover --mode model`` applies (the vault marks its faces)
+    # It draws a face at fixed crop coordinates and wants FaceContext.steady (align/steady.py), so that what
+    # it draws does not tremble with each frame's landmarks.
+    steadied: bool
     batch_frames: int  # frames leaving the look-ahead rendered in one call (a generator's batch)
     model_path: Path | None  # the weights file, for the vault header (None: no model)
     backend_name: str | None  # what runs the model (None: no model)
@@ -56,6 +59,7 @@ class AnonymizerBase:
     needs_leak_guard = False
     guard_every: int | None = None
     reversible = False
+    steadied = False
     batch_frames = 1
     model_path: Path | None = None
     backend_name: str | None = None

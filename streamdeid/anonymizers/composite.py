@@ -166,6 +166,7 @@ class CompositeAnonymizer(AnonymizerBase):
 
     name = "composite"
     scale_free = True  # the composite is resized to any crop side: small faces get small crops
+    steadied = True  # drawn where the track's steady alignment puts it (align/steady.py), not each frame's
     # The leak guard (leakguard.py) on a track's first frames, then every GUARD_EVERY frames: a track whose
     # composite still matches the person (SFace) goes to solid fill for good. On every frame it cost 15x the
     # speed (2.7 fps instead of 40 on short_hamilton_clip); a track keeps one composite, so a sample suffices.
@@ -339,8 +340,13 @@ class CompositeAnonymizer(AnonymizerBase):
         lab = (comp - cm) * gain + tm
         lab[..., 0] += state.slope[0] * g.ramp[0] + state.slope[1] * g.ramp[1]
         face = cv2.cvtColor(np.clip(lab + 0.5, 0, 255).astype(np.uint8), cv2.COLOR_LAB2BGR)
+        paste = g.paste
+        if context.steady is not None:  # the face and its mask where the steady alignment puts them
+            face = cv2.warpAffine(face, context.steady, (side, side), flags=cv2.INTER_LINEAR,
+                                  borderMode=cv2.BORDER_REPLICATE)
+            paste = cv2.warpAffine(paste, context.steady, (side, side), flags=cv2.INTER_LINEAR)[..., None]
         base = strong_blur(crop, self.sigma * side).astype(np.float32)
-        out = base + (face.astype(np.float32) - base) * g.paste
+        out = base + (face.astype(np.float32) - base) * paste
         return np.clip(out + 0.5, 0, 255).astype(np.uint8)
 
     def __call__(self, crops: np.ndarray, contexts: Sequence[FaceContext]) -> np.ndarray:
