@@ -59,6 +59,20 @@ SMALL_CROPS = (32, 48, 64, 96)
 MIN_CROP_PX_PER_PX = 2.0
 
 
+def _unwidened(face: TrackedFace, inverse: np.ndarray) -> np.ndarray | None:
+    """The crop -> frame map [2, 3] of ``face`` at its own size where its cover is drawn larger (a guess,
+    cover_size.py: box and landmarks scaled by g about the box centre c, so the map is scaled by 1/g about c);
+    None where it is not."""
+    box = np.asarray(face.box, np.float64)
+    g = drawn_growth(face.state, face.matched, face.between_runs, float(longest_sides(box[None])[0]))
+    if g == 1.0:
+        return None
+    c = np.array([(box[0] + box[2]) / 2, (box[1] + box[3]) / 2])
+    m = np.asarray(inverse, np.float64) / g
+    m[:, 2] += c * (1.0 - 1.0 / g)
+    return m
+
+
 @dataclass
 class PastedFace:
     """What pasting one face changed in the frame (for the vault and audits)."""
@@ -170,7 +184,7 @@ class FrameRenderer:
             self.steady.reset()
         for f, a, ctx in zip(faces, aligned, contexts):
             ctx.steady = self.steady.correction(f.track_id, result.frame.index, a.inverse, len(a.crop),
-                                                result.motion)
+                                                result.motion, _unwidened(f, a.inverse))
         self.steady.forget({f.track_id for f in faces})
 
     def _finish(self, job: "_Job") -> list[PastedFace]:

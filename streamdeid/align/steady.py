@@ -56,11 +56,14 @@ class SteadyAlignment:
         self._tracks.clear()
 
     def correction(self, track_id: int, frame_index: int, inverse: np.ndarray, side: int,
-                   motion: np.ndarray | None = None) -> np.ndarray:
+                   motion: np.ndarray | None = None, face_inverse: np.ndarray | None = None) -> np.ndarray:
         """C [2, 3]: steady crop -> this frame's crop (pixels of a ``side`` crop), for a face whose crop ->
-        frame map this frame is ``inverse`` [2, 3]. ``motion``: the camera's, previous frame -> this one."""
+        frame map this frame is ``inverse`` [2, 3]. ``motion``: the camera's, previous frame -> this one.
+        ``face_inverse``: the map of the face itself where the crop is widened around a guess (a held or
+        back-filled face is covered larger, cover_size.py): what is drawn keeps the face's size, and only
+        the cover grows and shrinks as the detector finds and misses it."""
         unit = np.diag([side, side, 1.0])
-        raw = _params(_as3(inverse) @ unit)  # unit crop -> frame
+        raw = _params(_as3(inverse if face_inverse is None else face_inverse) @ unit)  # unit crop -> frame
         prev = self._tracks.get(track_id)
         steady = raw
         if prev is not None and prev.frame_index == frame_index - 1:
