@@ -91,3 +91,30 @@ def test_a_composite_on_a_trembling_crop_trembles_less(media):
 
     assert tremble(outs[True]) < 0.7 * tremble(outs[False]), (tremble(outs[True]), tremble(outs[False]))
 
+
+
+def test_a_held_face_is_drawn_at_the_size_it_was_detected():
+    """A held face's cover is drawn larger than its box (cover_size.py); what the composite draws keeps the
+    face's size: the map the steady alignment follows is the detected face's."""
+    from streamdeid.anonymizers import create_anonymizer
+    from streamdeid.config import AlignConfig, AnonymizeConfig, BlendConfig
+    from streamdeid.render import FrameRenderer, _unwidened
+    from streamdeid.types import TrackedFace
+
+    anonymize = AnonymizeConfig(method="composite")
+    renderer = FrameRenderer(create_anonymizer(anonymize), align=AlignConfig(), blend=BlendConfig(), anonymize=anonymize)
+    box = np.array([100, 80, 180, 180], np.float32)
+    lm = np.array([[125, 120], [155, 120], [140, 140], [128, 160], [152, 160]], np.float32)
+    detected = TrackedFace(1, box, lm, 0.9)
+    held = TrackedFace(1, box, lm, 0.9, state="held")
+    sides, _, inverses, _, _ = renderer._placements([detected, held], 640, 480)
+    assert _unwidened(detected, inverses[0]) is None
+    face = _unwidened(held, inverses[1])
+    probes = np.array([[0.3, 0.4, 1.0], [0.7, 0.4, 1.0], [0.5, 0.75, 1.0]])  # eyes and mouth, unit crop
+
+    def to_frame(inv, side):
+        return (probes * (side, side, 1.0)) @ np.asarray(inv).T
+
+    widened = to_frame(inverses[1], sides[1])
+    assert np.abs(widened - to_frame(inverses[0], sides[0])).max() > 3  # the cover is drawn larger
+    assert np.abs(to_frame(face, sides[1]) - to_frame(inverses[0], sides[0])).max() < 0.5
