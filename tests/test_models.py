@@ -161,6 +161,22 @@ def test_residual_kria_starts_as_identity_and_learns_a_key(cfg):
         assert (m(x, p) - m(x, torch.randn_like(p))).abs().max() > 1e-3
 
 
+def test_reflected_kria_undoes_itself_with_the_key_and_not_without(cfg):
+    """kria_reflect: I' = 2 c(P) - I, so the codes anonymized twice with one key are the codes exactly,
+    whatever KRIA learned; another key moves them by 2 (c(P') - c(P))."""
+    from dataclasses import replace
+
+    torch.manual_seed(0)
+    m = trained_kria(DBAF(replace(cfg, kria_reflect=True))).eval()
+    g = torch.Generator().manual_seed(3)
+    a, i, p, p2 = (torch.randn(2, cfg.n_latent, cfg.w_dim, generator=g) for _ in range(4))
+    with torch.no_grad():
+        once = m.anonymize_codes(a, i, p)
+        assert (once - (a + i)).abs().mean() > 0.1  # the identity moved
+        torch.testing.assert_close(m.anonymize_codes(a, once - a, p), a + i, atol=1e-5, rtol=0)
+        assert (m.anonymize_codes(a, once - a, p2) - (a + i)).abs().mean() > 0.1
+
+
 # ----------------------------------------------------------------------------- G(x, P)
 def test_g_anonymize_and_recover_same_weights(model, cfg):
     x, p = _inputs(cfg)

@@ -208,7 +208,12 @@ class Trainer:
             self.G.load_state_dict(state["g_ema"] if state.get("g_ema") else state["g"])
             if self.D is not None and state.get("d"):
                 self.D.load_state_dict(state["d"])
-        if self.mcfg.kria_residual and not saved.kria_residual:
+        if self.mcfg.kria_reflect and not saved.kria_reflect:
+            # the earlier form's KRIA means something else here: start from c(P) = 0, I' = -I
+            for blk in self.G.kria.blocks:
+                blk.reset_residual()
+            self.log(f"{self.name}: KRIA switched to the reflection form, starting as I' = -I")
+        elif self.mcfg.kria_residual and not saved.kria_residual:
             # the earlier stages never train KRIA: start it as the identity, not from their random weights
             for blk in self.G.kria.blocks:  # (G_ema is copied from G after this)
                 blk.reset_residual()

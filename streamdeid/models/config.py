@@ -66,6 +66,13 @@ class DBAFConfig:
     # f([P, I]) (False); the cpu-small preset uses it because its short stage 2
     # cannot afford the steps a random KRIA spends before outputs are faces again.
     kria_residual: bool = False
+    # KRIA as a point reflection of the identity through a key's centre: I' = 2 c(P) - I, c = f([P, 0]).
+    # Applying it twice with the same key gives I back exactly, whatever f learned, so recovery
+    # G(G(x, P), P) needs only the encoder and CID to be consistent; with another key P' it gives
+    # I + 2 (c(P') - c(P)). The residual form has to learn f(P, I + f(P, I)) = -f(P, I), which the
+    # 2026-11-26 runs never did (docs/MODEL_CARD.md, "Second GPU run"). Same parameters; overrides
+    # kria_residual.
+    kria_reflect: bool = False
     lr_mlp: float = 0.01  # learning-rate multiplier of the mapping network (StyleGAN2 default)
     noise_seed: int = 0  # seed of the fixed noise buffers used when noise is not randomized (export, inference)
 
@@ -118,7 +125,7 @@ class DBAFConfig:
         return d
 
     #: fields that change no parameter's shape: weights trained under one value load under the other
-    SHAPE_NEUTRAL = ("kria_residual",)
+    SHAPE_NEUTRAL = ("kria_residual", "kria_reflect")
 
     @classmethod
     def from_dict(cls, d: dict) -> "DBAFConfig":

@@ -110,14 +110,14 @@ class MAAR(nn.Module):
 class KRIABlock(nn.Module):
     """Key-Related Identity Anonymization for one level: [P_l, I_l] -> I'_l, row-wise MLP (eq. 19-21)."""
 
-    def __init__(self, w_dim: int, n_layers: int, residual: bool = False):
+    def __init__(self, w_dim: int, n_layers: int, residual: bool = False, reflect: bool = False):
         super().__init__()
         layers = [EqualLinear(2 * w_dim, w_dim, activation=True)]
         layers += [EqualLinear(w_dim, w_dim, activation=True) for _ in range(n_layers - 2)]
         layers += [EqualLinear(w_dim, w_dim)]
         self.net = nn.Sequential(*layers)
-        self.residual = residual
-        if residual:
+        self.residual, self.reflect = residual, reflect
+        if residual or reflect:
             self.reset_residual()
 
     def reset_residual(self) -> None:
@@ -127,6 +127,8 @@ class KRIABlock(nn.Module):
             self.net[-1].bias.zero_()
 
     def forward(self, p: torch.Tensor, ident: torch.Tensor) -> torch.Tensor:  # [B, n, D] x2 -> [B, n, D]
+        if self.reflect:  # I' = 2 c(P) - I: its own inverse for one key (DBAFConfig.kria_reflect)
+            return 2 * self.net(torch.cat([p, torch.zeros_like(ident)], dim=-1)) - ident
         out = self.net(torch.cat([p, ident], dim=-1))
         return ident + out if self.residual else out
 
@@ -137,7 +139,8 @@ class KRIA(nn.Module):
 
     def __init__(self, cfg: DBAFConfig):
         super().__init__()
-        self.blocks = nn.ModuleList([KRIABlock(cfg.w_dim, cfg.kria_layers, cfg.kria_residual) for _ in range(3)])
+        self.blocks = nn.ModuleList([KRIABlock(cfg.w_dim, cfg.kria_layers, cfg.kria_residual, cfg.kria_reflect)
+                                     for _ in range(3)])
 
     def forward(self, keys: list[torch.Tensor], attrs: list[torch.Tensor],
                 idents: list[torch.Tensor]) -> list[torch.Tensor]:
