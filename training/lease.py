@@ -253,6 +253,16 @@ def main(argv: list[str] | None = None) -> int:
     if not args.out:
         print("lease: --out or $OUT is required", file=sys.stderr)
         return 2
+    if not Path(args.packed).is_file():
+        print(f"lease: {args.packed} not found (python -m training.pack pack PREPARED {args.packed})", file=sys.stderr)
+        return 2
+    from .plan import parse_minutes
+
+    try:
+        parse_minutes(args.minutes)
+    except ValueError as e:
+        print(f"lease: {e}", file=sys.stderr)
+        return 2
     return run_lease(args)
 
 
