@@ -230,6 +230,32 @@ def test_anonymize_from_a_plain_kria_checkpoint_starts_kria_as_identity(tiny_env
                                    log=lambda m: None)
 
 
+def test_anonymize_switching_to_a_reflected_kria_centres_it_on_the_mean_identity(tiny_env, tmp_path):
+    """kria_reflect from a residual checkpoint: every key's centre starts at the mean identity of the
+    training crops, so I' = 2 mean - I whatever the key, and the first step trains (cycle term logged)."""
+    root, cfg_file, data = tiny_env
+    run = tmp_path / "run"
+    common = ["--data", str(data), "--run", str(run), "--steps", "1", "--config", str(cfg_file)]
+    assert cli.main(["reconstruct", *common, "--init", "none"]) == 0
+    assert cli.main(["disentangle", *common]) == 0
+    reflect = tmp_path / "reflect.json"
+    reflect.write_text(json.dumps({**TINY, "model": {**TINY["model"], "kria_reflect": True}}))
+    logs = []
+    trainer = STAGE_CLASSES["anonymize"](resolve("cpu-small", reflect), run, data, init=str(run / "disentangle"),
+                                         log=logs.append)
+    assert any("reflection form" in m for m in logs)
+    G = trainer.G.eval()
+    with torch.no_grad():
+        idents = G.disentangle(G.encode(trainer.data.batch(np.arange(len(trainer.data))))[0])[1]  # [N, L, D]
+        mean = torch.cat([lvl.mean(dim=(0, 1)).expand_as(lvl[0]) for lvl in G.split_levels(idents)])  # [L, D]
+        a, i = torch.randn(2, *G.cfg.key_shape), torch.randn(2, *G.cfg.key_shape)
+        for _ in range(2):  # any key
+            torch.testing.assert_close(G.anonymize_codes(a, i, torch.randn(2, *G.cfg.key_shape)), a + 2 * mean - i,
+                                       atol=1e-4, rtol=1e-4)
+    records = trainer.run(stop_after=1)
+    assert np.isfinite(records[-1]["cycle"]) and np.isfinite(records[-1]["loss"])
+
+
 # --------------------------------------------------------------------- held-out
 def test_training_refuses_heldout_files(tiny_env, tmp_path):
     from evaluation.heldout import heldout_names

@@ -209,16 +209,25 @@ class Trainer:
             if self.D is not None and state.get("d"):
                 self.D.load_state_dict(state["d"])
         if self.mcfg.kria_reflect and not saved.kria_reflect:
-            # the earlier form's KRIA means something else here: start from c(P) = 0, I' = -I
-            for blk in self.G.kria.blocks:
-                blk.reset_residual()
-            self.log(f"{self.name}: KRIA switched to the reflection form, starting as I' = -I")
+            self._start_reflection()
         elif self.mcfg.kria_residual and not saved.kria_residual:
             # the earlier stages never train KRIA: start it as the identity, not from their random weights
             for blk in self.G.kria.blocks:  # (G_ema is copied from G after this)
                 blk.reset_residual()
             self.log(f"{self.name}: KRIA switched to the residual form, starting as the identity")
         self.log(f"{self.name}: initialised from {path}")
+
+    @torch.no_grad()
+    def _start_reflection(self, n: int = 256) -> None:
+        """The earlier form's KRIA means something else in the reflection form (DBAFConfig.kria_reflect):
+        start every key's centre c(P) at the mean identity of ``n`` training crops, per level, so that
+        I' = 2 mean - I is the face's opposite across the average face, not the decoder's -I."""
+        x = self.data.batch(np.arange(min(n, len(self.data))))
+        idents = torch.cat([self.G.disentangle(self.G.encode(chunk)[0])[1] for chunk in x.split(64)])
+        for blk, level in zip(self.G.kria.blocks, self.G.split_levels(idents)):  # level [N, n_l, D]
+            blk.reset_residual()
+            blk.net[-1].bias.copy_(level.mean(dim=(0, 1)) / blk.net[-1].lr_mul)
+        self.log(f"{self.name}: KRIA switched to the reflection form, centred on the mean identity of {len(x)} crops")
 
     def _check_init_config(self, path: Path, saved_args: dict):
         """The init checkpoint's DBAFConfig; it must equal this run's except in shape-neutral fields."""
