@@ -195,7 +195,8 @@ def run_lease(args) -> int:
     data = run / "data"
     if not (data / "crops.npy").is_file():
         log(f"unpack: {unpack(Path(args.packed), data)}")
-    over = {"device": args.device, **({"batch": args.batch} if args.batch else {})}
+    extra = json.loads(Path(args.config).read_text(encoding="utf-8")) if args.config else {}
+    over = {**extra, "device": args.device, **({"batch": args.batch} if args.batch else {})}
     layout = (probe_fitting(data, plan, over, args.probe_steps, out, args.compare_layouts) if args.probe_steps
               else dict(FAST_LAYOUT))
     cfg_file = run / "lease.json"
@@ -237,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--run", default="/tmp/lease-run", help="run dir on the lent machine")
     r.add_argument("--minutes", required=True, help="STAGE=MINUTES,... (training.plan)")
     r.add_argument("--init", default="none", help="the first stage's weights (default: random)")
+    r.add_argument("--config", help="a training config JSON merged over the gpu-lease preset (e.g. a model form)")
     r.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="cpu: the dry run")
     r.add_argument("--batch", type=int, default=0, help="override the preset's batch (dry run: 2)")
     r.add_argument("--probe-steps", type=int, default=3, help="steps per stage before training (0: skip)")
@@ -252,6 +254,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not args.out:
         print("lease: --out or $OUT is required", file=sys.stderr)
+        return 2
+    if args.config and not Path(args.config).is_file():
+        print(f"lease: --config {args.config} not found", file=sys.stderr)
         return 2
     if not Path(args.packed).is_file():
         print(f"lease: {args.packed} not found (python -m training.pack pack PREPARED {args.packed})", file=sys.stderr)
