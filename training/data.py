@@ -272,12 +272,8 @@ class FaceSet:
         self._perm = (None, None)
         return self
 
-    def indices(self, seed: int, step: int, batch: int) -> np.ndarray:
-        """Indices of this process's batch at ``step`` (global batch = batch * world)."""
-        epoch, start = self._position(step, batch)
-        return self._epoch_perm(seed, epoch, start + batch)[start:start + batch]
-
     def _position(self, step: int, batch: int) -> tuple[int, int]:
+        """(epoch, offset of this process's batch in that epoch's order) at ``step`` (global batch = batch * world)."""
         per_epoch = max(len(self) // (batch * self.world), 1)
         epoch, pos = divmod(step, per_epoch)
         return epoch, pos * batch * self.world + self.rank * batch

@@ -183,14 +183,13 @@ class Courier(threading.Thread):
 
 
 # ------------------------------------------------------------------ run / join
-def run_lease(args) -> int:
+def run_lease(args, plan: list[tuple[str, float]]) -> int:
     from . import plan as plan_mod
     from .pack import unpack
 
     out, run = Path(args.out), Path(args.run)
     out.mkdir(parents=True, exist_ok=True)
     run.mkdir(parents=True, exist_ok=True)
-    plan = plan_mod.parse_minutes(args.minutes)
     info = preflight(args.device)
     data = run / "data"
     if not (data / "crops.npy").is_file():
@@ -264,11 +263,11 @@ def main(argv: list[str] | None = None) -> int:
     from .plan import parse_minutes
 
     try:
-        parse_minutes(args.minutes)
+        plan = parse_minutes(args.minutes)
     except ValueError as e:
         print(f"lease: {e}", file=sys.stderr)
         return 2
-    return run_lease(args)
+    return run_lease(args, plan)
 
 
 if __name__ == "__main__":

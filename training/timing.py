@@ -2,8 +2,8 @@
 
 Runs ``--steps`` steps of each stage from random weights in a scratch run dir
 and prints the mean wall time of all but the first step (one JSON line per stage).
-``--config FILE`` merges a training config (e.g. ``training/gpu_lease.json``) under the
-timing's own overrides; ``--profile`` also counts the top-level ATen calls of one step
+``--config FILE`` merges a training config under the timing's own overrides (``--preset gpu-lease``
+times the lease's layout); ``--profile`` also counts the top-level ATen calls of one step
 (``torch.profiler`` on the CPU): each is at least one kernel launch on a GPU, so the count
 bounds how fast a launch-bound step can be there.
 """
