@@ -92,6 +92,7 @@ def main(verbose: bool) -> None:
 @click.option("--threshold", type=click.FloatRange(0.05, 0.99), default=None, help="Detector score threshold. Default 0.3 (dark, soft and small faces score low). Lower covers more, with more false positives.")
 @click.option("--hold", type=click.FloatRange(min=0), default=0.5, show_default=True, help="Seconds a lost face stays covered at its predicted position.")
 @click.option("--remember", type=click.FloatRange(min=0), default=1.0, show_default=True, help="Seconds after it was lost that a face's track is remembered (no longer covered), so the face keeps its track (one key, one identity) when it is found again. Up to --hold: forgotten when its cover ends.")
+@click.option("--rejoin", type=click.FloatRange(min=0), default=2.0, show_default=True, help="Seconds after it was lost that a face's track is still kept past --remember, taken up again only by a detection that shows the same face's pixels: a face that leaves the picture (a camera sweeping back over a crowd) or is hidden keeps its track, and a stranger standing where it was lost does not take it. Up to --remember: no such check.")
 @click.option("--lookahead", type=click.FloatRange(min=0), default=0.5, show_default=True, help="Seconds a new face is also covered before its first detection.")
 @click.option("--mask", type=click.Choice(["ellipse", "hull"]), default="ellipse", show_default=True, help="Shape of the pasted region.")
 @click.option("--mask-margin", type=click.FloatRange(min=0), default=None, help="Grow the pasted region by this fraction of the face size.")
@@ -336,6 +337,7 @@ main.add_command(batch_command(run))  # built on run's options, so after run
 @click.option("--min-face", type=click.IntRange(min=0), default=None, help="Tracking pass: the run's --min-face.")
 @click.option("--hold", type=click.FloatRange(min=0), default=None, help="Tracking pass: the run's --hold.")
 @click.option("--remember", type=click.FloatRange(min=0), default=None, help="Tracking pass: the run's --remember.")
+@click.option("--rejoin", type=click.FloatRange(min=0), default=None, help="Tracking pass: the run's --rejoin.")
 @click.option("--lookahead", type=click.FloatRange(min=0), default=None, help="Tracking pass: the run's --lookahead.")
 def review(output: str, source: str | None, tracks: str | None, key_file: str | None, edits: str | None,
            no_browser: bool, no_scan: bool, port: int, **detection) -> None:

@@ -57,6 +57,12 @@ class TrackConfig:
     # starting a new one. At most as long as ByteTrack's buffer (30 frames at 30 fps): a longer memory
     # hands a lost face's track to whoever stands there next more often.
     remember_seconds: float = 1.0
+    # ... and after that, until this many seconds after it was lost, continued only by a detection that
+    # shows its face's pixels (track/appearance.py same_face: its template from its last detection): a
+    # face that left the frame and came back, or was hidden for longer, keeps its track; another person
+    # at the same place does not take it. On the marching band's camera pan (benchmarks/precision.py),
+    # 66 faces that left through the frame's edge came back 30-45 frames later as new tracks.
+    rejoin_seconds: float = 2.0
     high_score: float = 0.6  # ByteTrack first-stage detection score
     # A track whose detections all scored under high_score is reported once it has
     # been matched in this many detector runs (1: at once, the default). With 2 the

@@ -20,10 +20,10 @@ from .render import FrameRenderer, PastedFace
 from .scenecut import SceneCutDetector
 from .summary import RunSummary, StageTimes
 from .track import FaceTracker
-from .track.appearance import TemplateStore, find
+from .track.appearance import TemplateStore, find, same_face
 from .track.camera_motion import CameraMotion
 from .track.matching import iou_matrix
-from .track.tracker import Locate, Provisional, Verify
+from .track.tracker import Locate, Provisional, SameFace, Verify
 from .types import Detections, Frame, FrameResult, longest_sides
 
 # A box from the fast pass's floor up, over another box's centre, scoring under this, starts a track
@@ -89,7 +89,8 @@ class FaceStage:
         self.tracker = FaceTracker(fps=fps, config=track)
         self.scene_cut = SceneCutDetector()
         self.camera = CameraMotion() if config.track.camera_motion else None
-        self.templates = TemplateStore() if config.track.match_templates else None
+        # templates outlive their track's cover: a track lost long ago is continued only by its own face
+        self.templates = TemplateStore(self.tracker.rejoin_frames) if config.track.match_templates else None
         self.guess_check = GuessCheck(self.finder) if config.track.verify_guesses else None
         self._weak_look = CloserLook(self.finder) if config.track.look_at_weak else None
         self._odd_look = frame_scale_look(self.finder) if config.track.look_at_odd else None
@@ -144,7 +145,7 @@ class FaceStage:
             motion = None  # the new shot does not continue the old one
         faces = self.tracker.update(dets, cut=cut, motion=motion, provisional=provisional,
                                     blind_below=blind_below, locate=self._locator(frame.image),
-                                    verify=self._verifier(frame.image),
+                                    verify=self._verifier(frame.image), same_face=self._rejoiner(frame.image),
                                     frame_size=(frame.image.shape[1], frame.image.shape[0]))
         if self.templates is not None:
             self.templates.update(frame.image, faces)
@@ -227,6 +228,17 @@ class FaceStage:
         """The tracker's ``verify`` for this frame (see GuessCheck)."""
         check = self.guess_check
         return None if check is None else (lambda box: check(image, box))
+
+    def _rejoiner(self, image: np.ndarray) -> SameFace | None:
+        """The tracker's ``same_face`` for this frame: does a detection show a long-lost track's face?"""
+        store = self.templates
+        if store is None:
+            return None
+
+        def rejoin(track_id: int, box: np.ndarray) -> bool:
+            template = store.get(track_id)
+            return template is not None and same_face(image, template, box)
+        return rejoin
 
     def _locator(self, image: np.ndarray) -> Locate | None:
         """The tracker's ``locate`` for this frame: a track's template searched near its guessed box."""

@@ -8,7 +8,7 @@ from streamdeid.config import DetectConfig, TrackConfig
 from streamdeid.detect.finder import FaceFinder
 from streamdeid.lookahead import LookaheadBuffer
 from streamdeid.track import FaceTracker
-from streamdeid.track.appearance import TemplateStore, find, template_of
+from streamdeid.track.appearance import TemplateStore, find, same_face, template_of
 from streamdeid.types import Frame, FrameResult, TrackedFace
 
 from conftest import load_image
@@ -191,3 +191,37 @@ def test_on_a_panning_crowd_matched_guesses_stay_where_their_face_was_seen(media
     def area(faces):
         return sum(float((f.box[2] - f.box[0]) * (f.box[3] - f.box[1])) for _, f in guesses(faces))
     assert area(with_match) < area(covers(False))
+
+
+def test_same_face_takes_a_face_back_at_another_size_and_refuses_another_face():
+    """The rejoin check (same_face): a face that comes back nearer (1.12x its size) and a little off its
+    box is taken for its template's face; the other person of the photo, boxed at the same size, is not."""
+    image = load_image("two_people.jpg")
+    found = FaceFinder(DetectConfig()).find(image, scan=False)
+    assert len(found) >= 2
+    a, b = found.boxes[0].astype(np.float64), found.boxes[1].astype(np.float64)
+    template = template_of(image, a)
+    assert template is not None and template.height == pytest.approx(a[3] - a[1], abs=1.0)
+    k = 1.12
+    nearer = cv2.resize(image, None, fx=k, fy=k, interpolation=cv2.INTER_LINEAR)
+    size = a[3] - a[1]
+    assert same_face(nearer, template, a * k + np.array([0.05, -0.04, 0.05, -0.04]) * size)
+    assert same_face(image, template, a)
+    centre_b, half = (b[:2] + b[2:]) / 2, (a[2:] - a[:2]) / 2
+    assert not same_face(image, template, np.concatenate([centre_b - half, centre_b + half]))
+    assert not same_face(hidden(image, a), template, a)
+
+
+def test_template_store_keeps_a_lost_tracks_template_for_keep_frames(obama):
+    image, box, landmarks = obama
+    store = TemplateStore(keep_frames=2)
+    store.update(image, [TrackedFace(7, box, landmarks, 0.9)])
+    for _ in range(2):
+        store.update(image, [])
+        assert store.get(7) is not None
+    store.update(image, [])
+    assert store.get(7) is None
+    at_once = TemplateStore()
+    at_once.update(image, [TrackedFace(7, box, landmarks, 0.9)])
+    at_once.update(image, [])
+    assert at_once.get(7) is None

@@ -307,6 +307,29 @@ def test_face_found_again_after_the_hold_keeps_its_track_until_remember_seconds(
     assert g.track_id == 2
 
 
+def test_a_track_lost_longer_than_remember_seconds_rejoins_only_its_own_face():
+    """Between remember_seconds and rejoin_seconds after it was lost, a detection on the track's box
+    continues it only when ``same_face`` says the detection shows its face; otherwise (or without a
+    ``same_face``) it starts a new track. After rejoin_seconds: a new track whatever same_face says."""
+    config = TrackConfig(hold_seconds=0.2, remember_seconds=0.5, rejoin_seconds=1.0)
+
+    def lost_for(frames, answer):
+        tracker = FaceTracker(fps=10, config=config)
+        tracker.update(dets([face(100, 100)]))
+        for _ in range(frames):
+            tracker.update(Detections.empty())
+        asked = []
+        same = None if answer is None else (lambda tid, box: (asked.append(tid), answer)[1])
+        (f,) = tracker.update(dets([face(100, 100)]), same_face=same)
+        return f.track_id, asked
+
+    assert lost_for(4, False) == (1, [])  # within remember_seconds: continued, nobody asked
+    assert lost_for(8, True) == (1, [1])  # past it: continued because it is the same face
+    assert lost_for(8, False) == (2, [1])  # another face: a new track
+    assert lost_for(8, None)[0] == 2  # no way to tell: a new track
+    assert lost_for(12, True) == (2, [])  # past rejoin_seconds: forgotten
+
+
 def test_remembered_tracks_end_at_a_cut_and_unreported_ones_are_not_remembered():
     tracker = FaceTracker(fps=10, config=TrackConfig(hold_seconds=0.2, remember_seconds=1.0))
     tracker.update(dets([face(100, 100)]))
@@ -374,6 +397,25 @@ def test_a_closer_look_ends_a_hold_or_continues_the_track_or_leaves_it_held():
 
     _, outs, _ = run((False, None), (False, None), (False, None))
     assert [[f.state for f in out] for out in outs] == [["held"]] * 3
+
+
+def test_a_closer_look_that_finds_a_face_another_track_has_ends_the_hold():
+    """Two tracks 40 px apart; the run finds only the second one's face, moved 15 px towards the first's
+    held box (its IoU with that box is under COPY_IOU, so the held track is no copy by its box). The look at
+    the held box finds that same face: the held track ends (gone) instead of going on as a second track on
+    it. A look that finds a face no detection of this run has still continues the track."""
+    a, b = face(100, 100), face(140, 100)
+    moved = face(125, 100)
+
+    def run(found_box):
+        tracker = FaceTracker(fps=10, config=TrackConfig(hold_seconds=0.8))
+        tracker.update(dets([a, b]))
+        return tracker.update(dets([moved]), verify=lambda box: (True, dets([found_box])))
+
+    out = run(moved + 1)
+    assert [(f.track_id, f.state) for f in out] == [(2, "detected")]  # track 1's hold ended: no copy
+    out = run(a + 1)  # the look finds a face where no detection of the run is
+    assert sorted((f.track_id, f.state) for f in out) == [(1, "detected"), (2, "detected")]
 
 
 def test_no_closer_look_between_detector_runs_or_for_a_face_seen():

@@ -7,7 +7,7 @@
 2. Without one, and with ``--source``: detection and tracking run again, in process, on the source
    (``track_source``: ``FaceStage`` and the look-ahead's back-fill, as ``Pipeline`` runs them). The run is
    deterministic, so with the run's detection options (review takes the same flags: --threshold,
-   --detect-every, --detect-size, --min-face, --hold, --remember, --lookahead) these are the run's tracks;
+   --detect-every, --detect-size, --min-face, --hold, --remember, --rejoin, --lookahead) these are the run's tracks;
    what --keep/--only left visible is not replayed (their evidence is in the audit log).
 
 A cover's box is the tracked box; the pasted region is that box grown by the mask's margin and feather.

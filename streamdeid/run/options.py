@@ -27,6 +27,7 @@ RUN_OPTIONS = {
     "threshold": "detect.score_threshold",
     "hold": "track.hold_seconds",
     "remember": "track.remember_seconds",
+    "rejoin": "track.rejoin_seconds",
     "lookahead": "lookahead_seconds",
     "method": "anonymize.method",
     "model_path": "anonymize.model_path",

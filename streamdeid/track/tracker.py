@@ -44,7 +44,12 @@
   motion state restarts): a face that flickers out of the detector for longer
   than the hold keeps one track, so one key and one identity (on a crowd pan
   39 of 534 tracks were such restarts). The look-ahead covers the frames it
-  was not reported (lookahead.py).
+  was not reported (lookahead.py). Until ``rejoin_seconds`` after it was lost
+  it is still remembered, but a detection continues it only where
+  ``update(..., same_face=f)`` says the detection shows the track's face
+  (its pixels, track/appearance.py): a face that left through the frame's
+  edge and came back (a camera sweeping back over a crowd) keeps its track,
+  and a stranger standing where it was lost does not take it.
 * ``update(dets, cut=True)``: a scene cut. Tracks no detection continues are
   dropped at once instead of held: their faces were in the previous shot.
 * ``update(None)`` means the detector was not run on this frame: every track
@@ -72,6 +77,8 @@ Locate = Callable[[int, np.ndarray], "np.ndarray | None"]
 Provisional = Callable[[np.ndarray], np.ndarray]
 # predicted box [4] -> (looked, the closer look's detection on it or None): see update and detect/closer.py
 Verify = Callable[[np.ndarray], "tuple[bool, Detections | None]"]
+# (track_id, detection box [4]) -> whether the detection shows that track's face (see update)
+SameFace = Callable[[int, np.ndarray], bool]
 
 # Detector runs that must match a track started by a provisional detection before it is reported.
 PROVISIONAL_HITS = 2
@@ -149,6 +156,7 @@ class FaceTracker:
         self.fps = float(fps)
         self.hold_frames = max(0, int(round(self.config.hold_seconds * self.fps)))
         self.remember_frames = max(self.hold_frames, int(round(self.config.remember_seconds * self.fps)))
+        self.rejoin_frames = max(self.remember_frames, int(round(self.config.rejoin_seconds * self.fps)))
         self._kf = KalmanFilter()
         self._tracks: list[_Track] = []
         self._next_id = 1
@@ -166,8 +174,9 @@ class FaceTracker:
         return xyah_to_xyxy(np.stack(sure)) if sure else np.zeros((0, 4))
 
     def _kept(self, t: _Track) -> bool:
-        """Whether a track missed by the detector is still kept: held, or remembered if it was reported."""
-        return t.lost_age <= self.hold_frames or (t.confirmed and t.lost_age <= self.remember_frames)
+        """Whether a track missed by the detector is still kept: held, or remembered if it was reported
+        (until rejoin_frames; past remember_frames only a detection that shows its face continues it)."""
+        return t.lost_age <= self.hold_frames or (t.confirmed and t.lost_age <= self.rejoin_frames)
 
     def _holding(self, t: _Track) -> bool:
         """Whether a track is held (covered if confirmed): found at the last run, or missed within its hold
@@ -182,6 +191,7 @@ class FaceTracker:
     def update(self, dets: Detections | None, *, cut: bool = False, motion: np.ndarray | None = None,
                provisional: "np.ndarray | Provisional | None" = None, blind_below: float = 0.0,
                locate: Locate | None = None, verify: Verify | None = None,
+               same_face: SameFace | None = None,
                frame_size: tuple[int, int] | None = None) -> list[TrackedFace]:
         """Advance one frame. ``motion``: the camera motion from the previous frame ([2, 3], see
         track/camera_motion.py), applied to every track before association. ``provisional``: [N]
@@ -193,7 +203,9 @@ class FaceTracker:
         face it finds is put there and not widened. ``verify(box)``: a closer look at a reported track
         this run missed though it could see it (detector frames only): a face it finds continues the
         track as a detection; where DOUBTS_TO_END looks in a row find none, the face has gone (turned
-        away, left, hidden) and its hold ends then (it is remembered, uncovered)."""
+        away, left, hidden) and its hold ends then (it is remembered, uncovered). ``same_face(track_id,
+        box)``: whether a detection shows the face of a track lost more than remember_seconds ago; only
+        then does the detection continue it (None: such a track is continued by no detection)."""
         self._predict(motion)
         self._age()
         if dets is None:
@@ -202,11 +214,14 @@ class FaceTracker:
 
         boxes, scores, landmarks = dets.boxes, dets.scores, dets.landmarks
         matched, left_dets = self._associate(boxes, scores)
+        refused = self._refused(matched, boxes, same_face)
+        for ti in refused:
+            del matched[ti]
         self._correct(matched, dets)
         # PRIVACY: unmatched detections (high or low score) start tracks now; a provisional one is
         # reported from its second detector run (FaceStage sets it only when the look-ahead reaches back)
         taken = set(matched.values())
-        unmatched = [di for di in left_dets if di not in taken]
+        unmatched = sorted({di for di in left_dets if di not in taken} | set(refused.values()))
         if callable(provisional):  # decided only for the detections that start tracks (FaceStage: a closer look)
             provisional = dict(zip(unmatched, provisional(np.array(unmatched, np.int64)).tolist()))
         new_tracks = [_Track(self._new_id(), self._kf, boxes[di], scores[di], landmarks[di], self.config,
@@ -214,6 +229,13 @@ class FaceTracker:
         det_of = {id(self._tracks[ti]): di for ti, di in matched.items()}
         det_of.update({id(t): di for t, di in zip(new_tracks, unmatched)})
         return self._report(self._tracks + new_tracks, det_of, dets, cut, blind_below, locate, verify, frame_size)
+
+    def _refused(self, matched: dict[int, int], boxes: np.ndarray, same_face: SameFace | None) -> dict[int, int]:
+        """The pairs of ``matched`` ({track index: detection index}) whose track was lost more than
+        remember_frames ago and whose detection ``same_face`` does not take for its face."""
+        return {ti: di for ti, di in matched.items()
+                if self._tracks[ti].lost_age > self.remember_frames
+                and (same_face is None or not same_face(self._tracks[ti].track_id, boxes[di]))}
 
     def _correct(self, matched: dict[int, int], dets: Detections) -> None:
         """Every matched track ({track index: detection index}) corrected by its detection, in one
@@ -297,7 +319,7 @@ class FaceTracker:
         held = self._without_ended(held, dets, frame_size)
         for (i, t), face in zip(held, self._held([t for _, t in held], locate)):
             # a face a run that could see it missed, whose pixels are not where it is guessed: look closer
-            out[i] = self._verified(t, face, verify) if t.unseen and verify is not None else face
+            out[i] = self._verified(t, face, verify, dets.boxes) if t.unseen and verify is not None else face
         return [f for f in out if f is not None]
 
     @staticmethod
@@ -332,13 +354,16 @@ class FaceTracker:
             t.gone = t.gone or bool(end)
         return [x for x, end in zip(held, ended) if not end]
 
-    def _verified(self, t: _Track, held: TrackedFace, verify: Verify) -> TrackedFace | None:
+    def _verified(self, t: _Track, held: TrackedFace, verify: Verify, taken: np.ndarray) -> TrackedFace | None:
         """``held``, the face _held made for a track this run missed, after a closer look at its predicted
         box: the face the look finds, reported as detected (the track continues from it); ``held`` when
         its pixels were found there by template (it is there: no look, which costs 10-20 ms where the
         template cost 30 us), when it is not looked at, or when the look finds nothing for the first time;
         None once DOUBTS_TO_END looks in a row found nothing: its hold ends, ``gone`` (it is remembered,
-        uncovered, for as long as a track lost then would be)."""
+        uncovered, for as long as a track lost then would be). None too, ``gone``, when the face the look
+        finds overlaps one of this run's detections (``taken``, [D, 4]: each went to another track) at
+        COPY_IOU: the held track is a copy of a face another track covers. Continued, it made two tracks
+        on one face until the end of the crowd pan (the parade's: two tracks on one face for 60 frames)."""
         if held.matched:
             t.doubts = 0
             return held
@@ -351,6 +376,9 @@ class FaceTracker:
                 t.gone = True
                 return None
             return held
+        if len(taken) and (iou_matrix(found.boxes[:1], taken) >= COPY_IOU).any():
+            t.gone = True
+            return None
         mean, cov = self._kf.update(t.mean[None], t.cov[None], xyxy_to_xyah(found.boxes))
         t.matched(mean[0], cov[0], found.boxes[0], float(found.scores[0]), found.landmarks[0], self.config)
         return TrackedFace(t.track_id, found.boxes[0], found.landmarks[0], float(found.scores[0]), "detected")
