@@ -43,7 +43,7 @@ def build_renderer(config: PipelineConfig, key_for_track: Callable[[int], bytes 
 
         anonymizer = create_anonymizer(config.anonymize)
     return FrameRenderer(anonymizer, align=config.align, blend=config.blend, anonymize=config.anonymize,
-                         key_for_track=key_for_track)
+                         key_for_track=key_for_track, sure_score=config.track.high_score)
 
 
 class Pipeline:

@@ -36,7 +36,7 @@ from .anonymizers.base import Anonymizer, guard_every
 from .anonymizers.classic import SolidAnonymizer
 from .blend import WarpedFace, blend_into, face_mask, mask_support, warp_to_frame
 from .blend.paste import paste_rois
-from .config import AlignConfig, AnonymizeConfig, BlendConfig
+from .config import AlignConfig, AnonymizeConfig, BlendConfig, TrackConfig
 from .cover_size import drawn_growth
 from .types import (
     AlignedFace,
@@ -104,9 +104,11 @@ class FrameRenderer:
         anonymize: AnonymizeConfig,
         key_for_track: Callable[[int], bytes | None] | None = None,
         guard: LeakGuard | None = None,
+        sure_score: float = TrackConfig.high_score,
     ) -> None:
         """``guard``: the :class:`~streamdeid.leakguard.LeakGuard` to use; None for the default, one when the
-        anonymizer declares ``needs_leak_guard`` and ``anonymize.leak_guard`` is on (off: no guard)."""
+        anonymizer declares ``needs_leak_guard`` and ``anonymize.leak_guard`` is on (off: no guard).
+        ``sure_score``: a track is sure (FaceContext.sure) from a face of it scoring this much."""
         self.anonymizer = anonymizer
         self.align_cfg = align
         self.key_for_track = key_for_track or (lambda _tid: None)
@@ -120,6 +122,7 @@ class FrameRenderer:
         # cost, not a 128 px crop each (a crowd has hundreds of 15-40 px faces).
         self.scale_free = bool(anonymizer.scale_free)
         self.steady = SteadyAlignment() if getattr(anonymizer, "steadied", False) else None
+        self.blurs_weak = bool(getattr(anonymizer, "blurs_weak", False))
         self.color_match = bool(anonymizer.color_match)
         self.persistent = bool(anonymizer.persistent_fallback)
         every = guard_every(anonymize, anonymizer)
@@ -137,6 +140,8 @@ class FrameRenderer:
         self.fallbacks = 0  # faces covered by solid fill because the anonymizer failed or leaked
         self.paste_seconds = 0.0  # time spent pasting back (warp + blend), for stage timings
         self.leak_fallbacks = 0  # tracks the leak guard switched to solid fill
+        self.sure_score = float(sure_score)
+        self._sure: set[int] = set()  # tracks a face of which scored sure_score (in render order)
 
     def render(self, result: FrameResult) -> list[PastedFace]:
         """Anonymize every face of ``result`` in place; return what changed."""
@@ -171,7 +176,9 @@ class FrameRenderer:
         found = [(f, *a) for f, a in zip(result.faces, self._align_all(image, result.faces)) if a is not None]
         faces, aligned, rois = [f for f, _, _ in found], [a for _, a, _ in found], [r for _, _, r in found]
         crops = [a.crop for a in aligned]
-        contexts = [FaceContext(f.track_id, result.frame.index, self.key_for_track(f.track_id)) for f in faces]
+        self._sure.update(f.track_id for f in faces if f.score >= self.sure_score)
+        contexts = [FaceContext(f.track_id, result.frame.index, self.key_for_track(f.track_id),
+                                sure=f.track_id in self._sure) for f in faces]
         if self.steady is not None:
             self._steady(result, faces, aligned, contexts)
         live = [i for i, f in enumerate(faces) if f.track_id not in self.solid_tracks]
@@ -201,7 +208,9 @@ class FrameRenderer:
             methods[i] = FALLBACK
         self.fallbacks += len(dead)
         if self.guard is not None:
+            # a weak track the anonymizer blurs (blurs_weak) drew no face: blur needs no guard
             due = [i for i in job.live if methods[i] != FALLBACK
+                   and (contexts[i].sure or not self.blurs_weak)
                    and self.guard.due(faces[i].track_id, faces[i].state == "detected")]
             if due:
                 self._guard(job, due)

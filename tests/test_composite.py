@@ -199,3 +199,42 @@ def test_a_sampling_leak_guard_checks_detected_faces_only():
     assert sum(checks) == 2 and all(i % 2 == 0 for i, c in enumerate(checks) if c)
     every_frame = LeakGuard(cfg)  # dbaf's schedule: every frame, measured or not
     assert all(every_frame.due(2, measured=False) for _ in range(5))
+
+
+def test_a_weak_track_is_blurred_until_a_detection_of_it_is_sure(anon):
+    """FaceContext.sure False (no detection of the track scored the tracker's high score yet: a dark face, or
+    a hand the detector scored 0.4): the crop is blurred as --anonymizer blur does, and no composite is
+    chosen for it; once sure, the track gets its composite."""
+    from streamdeid.anonymizers.classic import strong_blur
+
+    crop = _face_crop(anon)
+    weak = anon(crop[None], [FaceContext(21, 0, _key(21), sure=False)])[0]
+    np.testing.assert_array_equal(weak, strong_blur(crop, anon.sigma * len(crop)))
+    assert not any(tid == 21 for tid, _ in anon._tracks)  # nothing chosen for it
+    sure = anon(crop[None], [FaceContext(21, 1, _key(21), sure=True)])[0]
+    centre = np.s_[45:95, 40:88]
+    assert np.abs(sure[centre].astype(int) - weak[centre]).mean() > 5
+
+
+def test_the_renderer_marks_a_track_sure_from_its_first_sure_face():
+    from streamdeid.config import AlignConfig, BlendConfig
+    from streamdeid.render import FrameRenderer
+    from streamdeid.types import Frame, FrameResult, TrackedFace
+
+    seen = []
+
+    class Recorder(CompositeAnonymizer):
+        needs_leak_guard = False
+
+        def __call__(self, crops, contexts):
+            seen.extend((c.track_id, c.frame_index, c.sure) for c in contexts)
+            return np.asarray(crops).copy()
+
+    renderer = FrameRenderer(Recorder(), align=AlignConfig(), blend=BlendConfig(), anonymize=AnonymizeConfig(),
+                             sure_score=0.6)
+    image = np.full((240, 320, 3), 120, np.uint8)
+    box = np.array([100, 60, 160, 140], np.float32)
+    lm = np.array([[118, 92], [142, 92], [130, 106], [120, 120], [140, 120]], np.float32)
+    for t, score in enumerate([0.4, 0.45, 0.9, 0.4]):
+        renderer.render(FrameResult(Frame(t, image.copy(), t, None), [TrackedFace(5, box, lm, score)]))
+    assert seen == [(5, 0, False), (5, 1, False), (5, 2, True), (5, 3, True)]

@@ -41,6 +41,9 @@ class Anonymizer(Protocol):
     # It draws a face at fixed crop coordinates and wants FaceContext.steady (align/steady.py), so that what
     # it draws does not tremble with each frame's landmarks.
     steadied: bool
+    # A weak track's crop (FaceContext.sure False) is blurred, no face drawn: the leak guard, there for drawn
+    # faces, skips it (blur runs without one).
+    blurs_weak: bool
     batch_frames: int  # frames leaving the look-ahead rendered in one call (a generator's batch)
     model_path: Path | None  # the weights file, for the vault header (None: no model)
     backend_name: str | None  # what runs the model (None: no model)
@@ -60,6 +63,7 @@ class AnonymizerBase:
     guard_every: int | None = None
     reversible = False
     steadied = False
+    blurs_weak = False
     batch_frames = 1
     model_path: Path | None = None
     backend_name: str | None = None

@@ -24,6 +24,11 @@ the light), with the statistics smoothed per track (EMA) so the face does not sh
 a feathered ellipse over the crop blurred as ``--anonymizer blur`` does (hair, ears and the border
 around the composite stay covered). Eyes and mouth are the composite's.
 
+A track no detection of which has scored the tracker's high score yet (``FaceContext.sure`` False: a dark
+face, and as often a hand, a microphone or a shoulder the detector scored 0.3-0.6) is blurred as
+``--anonymizer blur`` blurs, until one does: on short_hamilton_clip.mp4 such tracks drew faces on the
+performer's hands, his chest and beside him.
+
 Not model-reversible (``reversible = False``, like blur): recovery goes through the vault, which stores
 the original pixels. Any error raises; the renderer then covers the batch with solid fill.
 """
@@ -167,6 +172,7 @@ class CompositeAnonymizer(AnonymizerBase):
     name = "composite"
     scale_free = True  # the composite is resized to any crop side: small faces get small crops
     steadied = True  # drawn where the track's steady alignment puts it (align/steady.py), not each frame's
+    blurs_weak = True  # a weak track (FaceContext.sure False) is blurred, no face drawn (see _render)
     # The leak guard (leakguard.py) on a track's first frames, then every GUARD_EVERY frames: a track whose
     # composite still matches the person (SFace) goes to solid fill for good. On every frame it cost 15x the
     # speed (2.7 fps instead of 40 on short_hamilton_clip); a track keeps one composite, so a sample suffices.
@@ -324,6 +330,8 @@ class CompositeAnonymizer(AnonymizerBase):
 
     def _render(self, crop: np.ndarray, context: FaceContext) -> np.ndarray:
         side = crop.shape[0]
+        if not context.sure:  # a weak track: maybe a hand or a shoulder, where a drawn face would be a ghost
+            return strong_blur(crop, self.sigma * side)
         index = self.choose(crop, context)
         state = self._tracks[(int(context.track_id), context.key)]
         comp, cstats, _ = self._composite_at(index, side)
