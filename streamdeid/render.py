@@ -86,6 +86,7 @@ class PastedFace:
 
 
 FALLBACK = "solid-fallback"  # PastedFace.method of a face covered by solid fill instead
+BLUR = "blur"  # PastedFace.method of a weak track's face an anonymizer that ``blurs_weak`` blurred
 
 
 class FrameRenderer:
@@ -164,7 +165,8 @@ class FrameRenderer:
             out, method = self._anonymize(crops, [j.contexts[i] for j, i in todo])
             for (j, i), crop in zip(todo, out):
                 j.new_crops[i] = crop
-                j.methods[i] = method
+                # a weak track the anonymizer blurred is labelled so (the audit log, the review page)
+                j.methods[i] = BLUR if self.blurs_weak and method != FALLBACK and not j.contexts[i].sure else method
             if method == FALLBACK and self.persistent:
                 self.solid_tracks.update(j.faces[i].track_id for j, i in todo)
         return [self._finish(j) for j in jobs]
@@ -350,7 +352,7 @@ class FrameRenderer:
         for face, a, wf, own, orig, method in zip(faces, aligned, warped, owned, originals, methods):
             if wf is None:  # entirely outside the frame
                 continue
-            blend_into(image, wf, color_match=self.color_match and method != FALLBACK)
+            blend_into(image, wf, color_match=self.color_match and method not in (FALLBACK, BLUR))
             pasted.append(PastedFace(face, a, wf.roi, own, orig, method))
         return pasted
 

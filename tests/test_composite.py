@@ -235,6 +235,9 @@ def test_the_renderer_marks_a_track_sure_from_its_first_sure_face():
     image = np.full((240, 320, 3), 120, np.uint8)
     box = np.array([100, 60, 160, 140], np.float32)
     lm = np.array([[118, 92], [142, 92], [130, 106], [120, 120], [140, 120]], np.float32)
+    methods = []
     for t, score in enumerate([0.4, 0.45, 0.9, 0.4]):
-        renderer.render(FrameResult(Frame(t, image.copy(), t, None), [TrackedFace(5, box, lm, score)]))
+        pasted = renderer.render(FrameResult(Frame(t, image.copy(), t, None), [TrackedFace(5, box, lm, score)]))
+        methods += [p.method for p in pasted]
     assert seen == [(5, 0, False), (5, 1, False), (5, 2, True), (5, 3, True)]
+    assert methods == ["blur", "blur", "composite", "composite"]  # what the audit log says
