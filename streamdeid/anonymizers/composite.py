@@ -15,8 +15,9 @@ Per track (``FaceContext.track_id`` and ``.key``), on its first crop:
   (gender, age), less those SFace finds alike to the face (``SFACE_UNLIKE``), are the candidates
   (``CANDIDATES``);
 - **choice**: HMAC-SHA256 of the track's key picks one of them, so a person keeps one face for the clip,
-  another key gives (most likely) another face, and a run repeats itself. Without a key a random salt
-  of this run stands in (still one face per track).
+  another key gives (most likely) another face. A track key is derived from the master key with the
+  run's random video id (keys/derive.py), so another run of the same clip draws other faces, even with
+  the same key file. Without a key a random salt of this run stands in (still one face per track).
 
 Per crop: the composite's Lab colour is moved to the face's (mean and standard deviation per channel
 inside the face ellipse, plus the left-right / top-bottom slope of the lightness: the direction of
