@@ -103,6 +103,31 @@ def test_held_face_found_by_its_pixels_is_not_widened():
     assert not again.matched and (again.box[2] - again.box[0]) > (widened.box[2] - widened.box[0]) > 32  # the box is 32 px wide
 
 
+def test_a_large_face_between_detector_runs_is_drawn_on_its_pixels_a_small_one_is_not_looked_for():
+    """Between two detector runs (update(None)) a face at least LOCATE_BETWEEN_PX tall is looked for by its
+    pixels near its predicted box and drawn there, matched, when found; a smaller one is not looked for
+    (a crowd has hundreds); one not found stays where it was predicted, between runs, unwidened."""
+    from streamdeid.track.tracker import LOCATE_BETWEEN_PX
+
+    def between(h, found):
+        tracker = FaceTracker(fps=25, config=TrackConfig())
+        tracker.update(dets([face(200, 150, h=h)]))
+        asked = []
+        (f,) = tracker.update(None, locate=lambda tid, box: (asked.append(tid), found)[1])
+        return f, asked
+
+    large = LOCATE_BETWEEN_PX + 36
+    moved = face(206, 152, h=large)
+    f, asked = between(large, moved)
+    assert asked == [1] and f.state == "held" and f.matched
+    np.testing.assert_allclose(f.box, moved)
+    f, _ = between(large, None)
+    assert f.between_runs and not f.matched
+    np.testing.assert_allclose(f.box, face(200, 150, h=large), atol=1e-3)
+    f, asked = between(LOCATE_BETWEEN_PX - 24, moved)
+    assert asked == [] and f.between_runs and not f.matched
+
+
 def test_backfill_follows_the_face_pixels_and_widens_where_they_are_gone(obama):
     image, box, lm = obama
     # the camera panned 3 px a frame: frame k shows the face (3 - k) * 3 px to the left of frame 3's;
