@@ -86,9 +86,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--no-baseline", action="store_true", help="omit the identity reference row ('none')")
     ap.add_argument("--out", default="quality-report", help="output folder")
     ap.add_argument("--keep-videos", action="store_true", help="keep the anonymized clips (in --out/videos)")
+    ap.add_argument("--video-runs", type=int, default=1,
+                    help="anonymize every clip this many times and pool them (clips and frames count each run): "
+                         "a composite run draws its faces anew each time, and its leak count moves with them")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--seed", type=int, default=0, help="seed of the evaluation keys")
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    if args.video_runs < 1:
+        ap.error("--video-runs must be at least 1")
+    return args
 
 
 def build_anonymizers(methods: list[str], model: str | None) -> dict | None:
@@ -163,13 +169,17 @@ def evaluate_videos(video_paths: list[Path], methods: list[str], anonymizers: di
     work = out / "videos" if args.keep_videos else Path(tempfile.mkdtemp(prefix="sdeid-quality-"))
     # originals are detected once, not once per method
     dets = {str(c): original_detections(c) for c in bar(video_paths, desc="videos: detect originals", leave=False)}
-    per_method = {m: [] for m in methods}
-    for clip in bar(video_paths, desc="videos"):
-        for m in methods:
-            pcfg = PipelineConfig(anonymize=anonymizers[m][1])
-            per_method[m].append(evaluate_clip(clip, pcfg.anonymize.method, work / m, sface,
-                                               detections=dets[str(clip)], config=pcfg))
-    vrows = [{"method": m, "pooled": pool(per_method[m]), "clips": per_method[m]} for m in methods]
+    # per method, per run: every clip's result (a composite run draws its faces anew: --video-runs)
+    per_run = {m: [[] for _ in range(args.video_runs)] for m in methods}
+    for run in range(args.video_runs):
+        for clip in bar(video_paths, desc="videos" if args.video_runs == 1 else f"videos, run {run + 1}"):
+            for m in methods:
+                pcfg = PipelineConfig(anonymize=anonymizers[m][1])
+                per_run[m][run].append(evaluate_clip(clip, pcfg.anonymize.method, work / m / f"run{run}", sface,
+                                                     detections=dets[str(clip)], config=pcfg))
+    vrows = [{"method": m, "pooled": pool([r for runs in per_run[m] for r in runs]), "runs": args.video_runs,
+              "per_run": [pool(runs) for runs in per_run[m]], "clips": [r for runs in per_run[m] for r in runs]}
+             for m in methods]
     if not args.keep_videos:
         shutil.rmtree(work, ignore_errors=True)
     return {"files": [str(p) for p in video_paths], "methods": vrows}
