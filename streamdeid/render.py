@@ -122,8 +122,8 @@ class FrameRenderer:
         # so a small face gets a small crop: the warps, the fill and the blur cost what its pixels
         # cost, not a 128 px crop each (a crowd has hundreds of 15-40 px faces).
         self.scale_free = bool(anonymizer.scale_free)
-        self.steady = SteadyAlignment() if getattr(anonymizer, "steadied", False) else None
-        self.blurs_weak = bool(getattr(anonymizer, "blurs_weak", False))
+        self.steady = SteadyAlignment() if anonymizer.steadied else None
+        self.blurs_weak = bool(anonymizer.blurs_weak)
         self.color_match = bool(anonymizer.color_match)
         self.persistent = bool(anonymizer.persistent_fallback)
         every = guard_every(anonymize, anonymizer)

@@ -231,25 +231,23 @@ class FaceStage:
 
     def _rejoiner(self, image: np.ndarray) -> SameFace | None:
         """The tracker's ``same_face`` for this frame: does a detection show a long-lost track's face?"""
-        store = self.templates
-        if store is None:
-            return None
-
-        def rejoin(track_id: int, box: np.ndarray) -> bool:
-            template = store.get(track_id)
-            return template is not None and same_face(image, template, box)
-        return rejoin
+        return self._by_template(image, same_face)
 
     def _locator(self, image: np.ndarray) -> Locate | None:
         """The tracker's ``locate`` for this frame: a track's template searched near its guessed box."""
+        return self._by_template(image, find)
+
+    def _by_template(self, image: np.ndarray, check: Callable) -> Callable | None:
+        """(track_id, box) -> ``check(image, the track's template, box)``, or None where the track has no
+        template; None without a template store."""
         store = self.templates
         if store is None:
             return None
 
-        def locate(track_id: int, box: np.ndarray) -> np.ndarray | None:
+        def run(track_id: int, box: np.ndarray):
             template = store.get(track_id)
-            return find(image, template, box) if template is not None else None
-        return locate
+            return check(image, template, box) if template is not None else None
+        return run
 
 
 class RenderStage:
