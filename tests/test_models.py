@@ -177,6 +177,30 @@ def test_reflected_kria_undoes_itself_with_the_key_and_not_without(cfg):
         assert (m.anonymize_codes(a, once - a, p2) - (a + i)).abs().mean() > 0.1
 
 
+def test_kria_spread_keeps_two_keys_centres_apart_and_still_undoes_itself(cfg):
+    """kria_spread: c(P) = f([P, 0]) + s P / sqrt(D), so even where f ignores the key (zeroed here, the
+    way the third lease's KRIA nearly did) two keys' centres lie about s sqrt(2) apart per code row,
+    and the reflection is still exact with the key."""
+    from dataclasses import replace
+
+    torch.manual_seed(0)
+    spread = (0.5, 0.6, 1.0)
+    m = DBAF(replace(cfg, kria_reflect=True, kria_spread=spread)).eval()
+    for blk in m.kria.blocks:
+        blk.reset_residual()  # f = 0: the centre is the key's offset alone
+    g = torch.Generator().manual_seed(3)
+    a, i, p, p2 = (torch.randn(64, cfg.n_latent, cfg.w_dim, generator=g) for _ in range(4))
+    with torch.no_grad():
+        once = m.anonymize_codes(a, i, p)
+        torch.testing.assert_close(m.anonymize_codes(a, once - a, p), a + i, atol=1e-5, rtol=0)
+        wrong = m.anonymize_codes(a, once - a, p2) - (a + i)  # 2 (c(P2) - c(P))
+        for level, s in zip(m.split_levels(wrong), spread):
+            miss = level.norm(dim=-1).mean().item()
+            assert abs(miss - 2 * s * 2 ** 0.5) < 0.15 * 2 * s * 2 ** 0.5, (miss, s)
+    with pytest.raises(ValueError, match="kria_spread"):
+        replace(cfg, kria_spread=(0.5, -1.0, 0.0))
+
+
 # ----------------------------------------------------------------------------- G(x, P)
 def test_g_anonymize_and_recover_same_weights(model, cfg):
     x, p = _inputs(cfg)

@@ -247,26 +247,29 @@ class AnonymizeStage(_LossMixin, Trainer):
 
     def generate(self, G, x, keys: list[torch.Tensor], with_codes: bool = False):
         """G(x, P) for several keys at once -> (list of outputs, anonymized codes [n B, L, D]) and, with
-        ``with_codes``, x's own codes [B, L, D] too."""
+        ``with_codes``, x's own codes [B, L, D] and identity codes [B, L, D] too."""
         codes, feats = G.encode(x)
         attrs, idents = G.disentangle(codes)
         n = len(keys)
         c_hat = G.anonymize_codes(attrs.repeat(n, 1, 1), idents.repeat(n, 1, 1), torch.cat(keys))
         y = G.decode(c_hat, {r: f.repeat(n, 1, 1, 1) for r, f in feats.items()})
-        return (list(y.chunk(n)), c_hat, codes) if with_codes else (list(y.chunk(n)), c_hat)
+        return (list(y.chunk(n)), c_hat, codes, idents) if with_codes else (list(y.chunk(n)), c_hat)
 
     def train_step(self, x, step):
         w, lc = self.st.weights, self.cfg.losses
         b = x.shape[0]
         p1, p2, p3 = self.keys(b), self.keys(b), self.keys(b)
-        (a1, a2), c_hat = self.generate(self.G, x, [p1, p2])
-        (r, w1, w2), _, codes_a1 = self.generate(self.G, a1, [p1, p2, p3], with_codes=True)
+        (a1, a2), c_hat, _, idents = self.generate(self.G, x, [p1, p2], with_codes=True)
+        (r, w1, w2), _, codes_a1, _ = self.generate(self.G, a1, [p1, p2, p3], with_codes=True)
         ax = self.analyze(x, grad=False)
         aa1, aa2, ar, aw1, aw2 = (self.analyze(v) for v in (a1, a2, r, w1, w2))
         terms = {"l1": (torch.cat([a1, a2]) - x.repeat(2, 1, 1, 1)).abs().mean(), "reg": L.delta_reg(c_hat),
                  # the encoder reads back the codes a1 was decoded from: what a reflected KRIA's exact
                  # inverse needs (DBAFConfig.kria_reflect); weight "cycle", 0 in the presets
-                 "cycle": (codes_a1 - c_hat[:b]).pow(2).mean()}
+                 "cycle": (codes_a1 - c_hat[:b]).pow(2).mean(),
+                 # how far the batch's identity codes lie from their mean (per code row): the 2026-11-26
+                 # lease's encoder shrank it from 2.0 to 0.5 while KRIA's key offsets stayed under 0.1
+                 "id_spread": (idents - idents.mean(0)).detach().norm(dim=-1).mean()}
         terms["lpips"] = (self.perceptual(a1, x, aa1, ax) + self.perceptual(a2, x, aa2, ax)) / 2
         rev = (r - x).abs().mean() + self.perceptual(r, x, ar, ax)
         if self.face is not None:

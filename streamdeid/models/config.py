@@ -73,6 +73,13 @@ class DBAFConfig:
     # 2026-11-26 runs never did (docs/MODEL_CARD.md, "Second GPU run"). Same parameters; overrides
     # kria_residual.
     kria_reflect: bool = False
+    # Reflection form only: c(P) = f([P, 0]) + kria_spread[l] * P_l / sqrt(w_dim) per level (coarse,
+    # medium, fine). Each row of P / sqrt(w_dim) has norm about 1, so two keys' centres lie about
+    # kria_spread * sqrt(2) apart whatever f learns, and a wrong key misses the original by twice that.
+    # Trained freely, f moved c(P) 0.04-0.08 with the key where identities lie 0.5-0.6 apart
+    # (docs/MODEL_CARD.md, "Third GPU run"): every key gave one anti-face and every key undid it.
+    # Zero (the default) is the plain reflection.
+    kria_spread: tuple[float, float, float] = (0.0, 0.0, 0.0)
     lr_mlp: float = 0.01  # learning-rate multiplier of the mapping network (StyleGAN2 default)
     noise_seed: int = 0  # seed of the fixed noise buffers used when noise is not randomized (export, inference)
 
@@ -88,6 +95,10 @@ class DBAFConfig:
             raise ValueError(f"w_dim={self.w_dim} not divisible by cid_heads={self.cid_heads}")
         if self.kria_layers < 2:
             raise ValueError("kria_layers must be >= 2")
+        spread = tuple(float(v) for v in self.kria_spread)
+        if len(spread) != 3 or min(spread) < 0:
+            raise ValueError(f"kria_spread needs 3 non-negative values (coarse, medium, fine), got {spread}")
+        self.kria_spread = spread
 
     # ------------------------------------------------------------------ derived
     @property
@@ -125,7 +136,7 @@ class DBAFConfig:
         return d
 
     #: fields that change no parameter's shape: weights trained under one value load under the other
-    SHAPE_NEUTRAL = ("kria_residual", "kria_reflect")
+    SHAPE_NEUTRAL = ("kria_residual", "kria_reflect", "kria_spread")
 
     @classmethod
     def from_dict(cls, d: dict) -> "DBAFConfig":

@@ -110,13 +110,15 @@ class MAAR(nn.Module):
 class KRIABlock(nn.Module):
     """Key-Related Identity Anonymization for one level: [P_l, I_l] -> I'_l, row-wise MLP (eq. 19-21)."""
 
-    def __init__(self, w_dim: int, n_layers: int, residual: bool = False, reflect: bool = False):
+    def __init__(self, w_dim: int, n_layers: int, residual: bool = False, reflect: bool = False,
+                 spread: float = 0.0):
         super().__init__()
         layers = [EqualLinear(2 * w_dim, w_dim, activation=True)]
         layers += [EqualLinear(w_dim, w_dim, activation=True) for _ in range(n_layers - 2)]
         layers += [EqualLinear(w_dim, w_dim)]
         self.net = nn.Sequential(*layers)
         self.residual, self.reflect = residual, reflect
+        self.spread = float(spread) / math.sqrt(w_dim)  # DBAFConfig.kria_spread, per row of P
         if residual or reflect:
             self.reset_residual()
 
@@ -128,7 +130,10 @@ class KRIABlock(nn.Module):
 
     def forward(self, p: torch.Tensor, ident: torch.Tensor) -> torch.Tensor:  # [B, n, D] x2 -> [B, n, D]
         if self.reflect:  # I' = 2 c(P) - I: its own inverse for one key (DBAFConfig.kria_reflect)
-            return 2 * self.net(torch.cat([p, torch.zeros_like(ident)], dim=-1)) - ident
+            centre = self.net(torch.cat([p, torch.zeros_like(ident)], dim=-1))  # [B, n, D]
+            if self.spread:  # a key-set offset f cannot shrink (DBAFConfig.kria_spread)
+                centre = centre + self.spread * p
+            return 2 * centre - ident
         out = self.net(torch.cat([p, ident], dim=-1))
         return ident + out if self.residual else out
 
@@ -139,8 +144,8 @@ class KRIA(nn.Module):
 
     def __init__(self, cfg: DBAFConfig):
         super().__init__()
-        self.blocks = nn.ModuleList([KRIABlock(cfg.w_dim, cfg.kria_layers, cfg.kria_residual, cfg.kria_reflect)
-                                     for _ in range(3)])
+        self.blocks = nn.ModuleList([KRIABlock(cfg.w_dim, cfg.kria_layers, cfg.kria_residual, cfg.kria_reflect,
+                                               spread) for spread in cfg.kria_spread])
 
     def forward(self, keys: list[torch.Tensor], attrs: list[torch.Tensor],
                 idents: list[torch.Tensor]) -> list[torch.Tensor]:
