@@ -143,6 +143,7 @@ class Pipeline:
             self.finish()
 
     def _take(self, result: FrameResult) -> None:
+        result.sure_ahead = frozenset(self.faces.tracker.sure_ids())  # the detector has seen the look-ahead
         if self.edits is not None:
             self.edits.resolve(result)  # its faces are final here: every back-fill into it is done
         if self.admit is not None and not self.admit(result):

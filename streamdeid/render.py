@@ -142,7 +142,7 @@ class FrameRenderer:
         self.paste_seconds = 0.0  # time spent pasting back (warp + blend), for stage timings
         self.leak_fallbacks = 0  # tracks the leak guard switched to solid fill
         self.sure_score = float(sure_score)
-        self._sure: set[int] = set()  # tracks a face of which scored sure_score (in render order)
+        self._sure: set[int] = set()  # tracks a face of which scored sure_score (in render order or look-ahead)
 
     def render(self, result: FrameResult) -> list[PastedFace]:
         """Anonymize every face of ``result`` in place; return what changed."""
@@ -179,6 +179,7 @@ class FrameRenderer:
         faces, aligned, rois = [f for f, _, _ in found], [a for _, a, _ in found], [r for _, _, r in found]
         crops = [a.crop for a in aligned]
         self._sure.update(f.track_id for f in faces if f.score >= self.sure_score)
+        self._sure.update(result.sure_ahead)  # sure later in the look-ahead (Pipeline._take)
         contexts = [FaceContext(f.track_id, result.frame.index, self.key_for_track(f.track_id),
                                 sure=f.track_id in self._sure) for f in faces]
         if self.steady is not None:

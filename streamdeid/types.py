@@ -203,3 +203,7 @@ class FrameResult:
     # [2, 3] camera motion from the previous frame to this one (track/camera_motion.py); None: none known
     motion: np.ndarray | None = None
     kept: list[TrackedFace] = field(default_factory=list)  # --keep/--only: faces left visible (not rendered)
+    # tracks the detector was sure of (score >= TrackConfig.high_score) by the time this frame left the
+    # look-ahead buffer, the frames after it included (Pipeline._take): a weak track that turns out to be a
+    # face within the look-ahead is treated as one on its earlier frames too (FaceContext.sure)
+    sure_ahead: frozenset[int] = frozenset()

@@ -7,7 +7,7 @@ import json
 import cv2
 import numpy as np
 import pytest
-from conftest import decode, run_cli
+from conftest import MEDIA, decode, run_cli
 
 from streamdeid.anonymizers import create_anonymizer, reversible_method
 from streamdeid.anonymizers.composite import (
@@ -241,3 +241,55 @@ def test_the_renderer_marks_a_track_sure_from_its_first_sure_face():
         methods += [p.method for p in pasted]
     assert seen == [(5, 0, False), (5, 1, False), (5, 2, True), (5, 3, True)]
     assert methods == ["blur", "blur", "composite", "composite"]  # what the audit log says
+
+
+def test_a_track_sure_within_the_look_ahead_is_sure_on_its_earlier_frames():
+    """FrameResult.sure_ahead: the tracks the detector was sure of when the frame left the look-ahead
+    buffer. A face first scored weakly and surely a few frames later is given its composite from its
+    first frame instead of blur and then a face (one look for the person, not two)."""
+    from streamdeid.config import AlignConfig, BlendConfig
+    from streamdeid.render import FrameRenderer
+    from streamdeid.types import Frame, FrameResult, TrackedFace
+
+    seen = []
+
+    class Recorder(CompositeAnonymizer):
+        needs_leak_guard = False
+
+        def __call__(self, crops, contexts):
+            seen.extend((c.frame_index, c.sure) for c in contexts)
+            return np.asarray(crops).copy()
+
+    renderer = FrameRenderer(Recorder(), align=AlignConfig(), blend=BlendConfig(), anonymize=AnonymizeConfig(),
+                             sure_score=0.6)
+    image = np.full((240, 320, 3), 120, np.uint8)
+    box = np.array([100, 60, 160, 140], np.float32)
+    lm = np.array([[118, 92], [142, 92], [130, 106], [120, 120], [140, 120]], np.float32)
+    for t, ahead in enumerate([frozenset(), frozenset({5}), frozenset({5})]):  # sure from frame 1's look-ahead
+        renderer.render(FrameResult(Frame(t, image.copy(), t, None), [TrackedFace(5, box, lm, 0.4)],
+                                    sure_ahead=ahead))
+    assert seen == [(0, False), (1, True), (2, True)]
+
+
+def test_the_pipeline_hands_the_renderer_the_tracks_sure_in_its_look_ahead():
+    """Pipeline._take: when a frame leaves the look-ahead buffer, its sure_ahead holds every track a
+    detection was sure of up to the newest frame the detector has seen."""
+    from streamdeid.config import PipelineConfig
+    from streamdeid.pipeline import Pipeline, build_renderer
+    from streamdeid.summary import RunSummary
+    from streamdeid.types import Frame
+    from evaluation.recall import read_frames
+
+    config = PipelineConfig()
+    got = []
+    pipe = Pipeline(config, build_renderer(config), fps=25, summary=RunSummary(),
+                    emit=lambda result, _pasted: got.append(result))
+    clip = MEDIA / "short_hamilton_clip.mp4"
+    frames = [Frame(t, img, t, None) for t, img in read_frames(clip)][:40]
+    pipe.run(frames, lambda _item: None)
+    assert len(got) == 40
+    later = {f.track_id for r in got for f in r.faces if f.score >= config.track.high_score}
+    assert later, "the clip's first 40 frames have sure faces"
+    first_sure = min(r.frame.index for r in got for f in r.faces if f.score >= config.track.high_score)
+    # the frame before the first sure face already knew of it (the look-ahead is 0.5 s = 12 frames)
+    assert got[max(first_sure - 1, 0)].sure_ahead & later

@@ -181,6 +181,10 @@ class FaceTracker:
         sure = [t.mean for t in self._tracks if t.sure and self._kept(t)]
         return xyah_to_xyxy(np.stack(sure)) if sure else np.zeros((0, 4))
 
+    def sure_ids(self) -> set[int]:
+        """Ids of the tracks a detection was once sure of (score >= high_score), as of the newest frame."""
+        return {t.track_id for t in self._tracks if t.sure}
+
     def _kept(self, t: _Track) -> bool:
         """Whether a track missed by the detector is still kept: held, or remembered if it was reported
         (until rejoin_frames; past remember_frames only a detection that shows its face continues it)."""
