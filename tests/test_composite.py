@@ -216,7 +216,9 @@ def test_a_weak_track_is_blurred_until_a_detection_of_it_is_sure(anon):
     assert np.abs(sure[centre].astype(int) - weak[centre]).mean() > 5
 
 
-def test_the_renderer_marks_a_track_sure_from_its_first_sure_face():
+def _sure_recorder():
+    """A renderer whose composite anonymizer records (track, frame, sure) of every crop and draws nothing,
+    and a frame maker for track 5 at one place with a given score and sure_ahead."""
     from streamdeid.config import AlignConfig, BlendConfig
     from streamdeid.render import FrameRenderer
     from streamdeid.types import Frame, FrameResult, TrackedFace
@@ -235,10 +237,18 @@ def test_the_renderer_marks_a_track_sure_from_its_first_sure_face():
     image = np.full((240, 320, 3), 120, np.uint8)
     box = np.array([100, 60, 160, 140], np.float32)
     lm = np.array([[118, 92], [142, 92], [130, 106], [120, 120], [140, 120]], np.float32)
+
+    def frame(t: int, score: float, ahead: frozenset = frozenset()) -> FrameResult:
+        return FrameResult(Frame(t, image.copy(), t, None), [TrackedFace(5, box, lm, score)], sure_ahead=ahead)
+
+    return renderer, frame, seen
+
+
+def test_the_renderer_marks_a_track_sure_from_its_first_sure_face():
+    renderer, frame, seen = _sure_recorder()
     methods = []
     for t, score in enumerate([0.4, 0.45, 0.9, 0.4]):
-        pasted = renderer.render(FrameResult(Frame(t, image.copy(), t, None), [TrackedFace(5, box, lm, score)]))
-        methods += [p.method for p in pasted]
+        methods += [p.method for p in renderer.render(frame(t, score))]
     assert seen == [(5, 0, False), (5, 1, False), (5, 2, True), (5, 3, True)]
     assert methods == ["blur", "blur", "composite", "composite"]  # what the audit log says
 
@@ -247,28 +257,10 @@ def test_a_track_sure_within_the_look_ahead_is_sure_on_its_earlier_frames():
     """FrameResult.sure_ahead: the tracks the detector was sure of when the frame left the look-ahead
     buffer. A face first scored weakly and surely a few frames later is given its composite from its
     first frame instead of blur and then a face (one look for the person, not two)."""
-    from streamdeid.config import AlignConfig, BlendConfig
-    from streamdeid.render import FrameRenderer
-    from streamdeid.types import Frame, FrameResult, TrackedFace
-
-    seen = []
-
-    class Recorder(CompositeAnonymizer):
-        needs_leak_guard = False
-
-        def __call__(self, crops, contexts):
-            seen.extend((c.frame_index, c.sure) for c in contexts)
-            return np.asarray(crops).copy()
-
-    renderer = FrameRenderer(Recorder(), align=AlignConfig(), blend=BlendConfig(), anonymize=AnonymizeConfig(),
-                             sure_score=0.6)
-    image = np.full((240, 320, 3), 120, np.uint8)
-    box = np.array([100, 60, 160, 140], np.float32)
-    lm = np.array([[118, 92], [142, 92], [130, 106], [120, 120], [140, 120]], np.float32)
+    renderer, frame, seen = _sure_recorder()
     for t, ahead in enumerate([frozenset(), frozenset({5}), frozenset({5})]):  # sure from frame 1's look-ahead
-        renderer.render(FrameResult(Frame(t, image.copy(), t, None), [TrackedFace(5, box, lm, 0.4)],
-                                    sure_ahead=ahead))
-    assert seen == [(0, False), (1, True), (2, True)]
+        renderer.render(frame(t, 0.4, ahead))
+    assert seen == [(5, 0, False), (5, 1, True), (5, 2, True)]
 
 
 def test_the_pipeline_hands_the_renderer_the_tracks_sure_in_its_look_ahead():
