@@ -74,16 +74,15 @@ def test_the_lease_runs_on_the_cpu_and_brings_a_generator_home(lease_tree):
     manifest = json.loads((root / "home" / "weights" / "manifest.json").read_text())
     assert manifest["stage"] == "anonymize"
     out2, run2 = root / "out2", root / "run2"
-    form = root / "reflect.json"  # a model form and stage-2 recipe travel as --config (docs/gpu.md)
-    form.write_text(json.dumps({"model": {"kria_reflect": True, "kria_spread": [0.5, 0.6, 1.0]},
-                                "stages": {"anonymize": {"train": ["kria", "encoder", "cid"], "weights": {"cycle": 1.0}}}}))
+    # the next lease's model form and stage-2 recipe, as it travels (--config, docs/gpu.md)
+    form = REPO / "devtools" / "lease_spread.json"
     res = _lease(tree, out2, run2, "--init", str(root / "home" / "gen.safetensors"), "--probe-steps", "0",
                  "--config", str(form))
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert f"initialised from {root / 'home' / 'gen.safetensors'}" in res.stdout
     assert "reflection form" in res.stdout
     model = json.loads((run2 / "anonymize" / "config.json").read_text())["model"]
-    assert model["kria_reflect"] is True and model["kria_spread"] == [0.5, 0.6, 1.0]
+    assert model["kria_reflect"] is True and model["kria_spread"] == json.loads(form.read_text())["model"]["kria_spread"]
     assert '"id_spread"' in (run2 / "anonymize" / "log.jsonl").read_text()  # the identity codes' spread is logged
 
 
