@@ -4,8 +4,7 @@ Used by :class:`~streamdeid.render.FrameRenderer` for anonymizers that declare
 ``needs_leak_guard`` (dbaf); blur, mosaic and solid skip it (they are
 irreversible by construction and must stay fast). For the first
 ``leak_first_frames`` frames of each track and then every ``leak_every``
-frames (by default every frame; and on every detected frame while the last
-check found the face near the threshold, ``CLOSE_SIMILARITY``), the original frame and the rendered frame are
+frames (by default every frame), the original frame and the rendered frame are
 compared at the face's landmarks, like the offline check in
 :mod:`streamdeid.identity.leakcheck` but stricter by default (see
 ``AnonymizeConfig``):
@@ -41,11 +40,6 @@ from .types import StreamdeidError, TrackedFace
 log = logging.getLogger(__name__)
 
 MIN_CHANGED = 0.5  # share of the inner face region a small face must have changed
-# A sampling guard checks a track on every detected frame while its last SFace similarity was at least
-# this (under the threshold, but near it): a face close to leaking is not left unchecked for 8 frames.
-# composite, quality.py's video runs (2 clips, 3 runs each): leaks 8, 9, 8 of 860 faces sampled alone,
-# 5, 3, 4 with 0.2 (6, 6, 6 with 0.15, which checked 1.7x as many faces); 12% slower on hamilton.
-CLOSE_SIMILARITY = 0.2
 
 
 @dataclass
@@ -89,7 +83,6 @@ class LeakGuard:
         # composite, two alternating pairs on 2 cores: 23.3 and 23.3 fps against 22.1 and 21.9 with one).
         self.sface = sface if sface is not None else shared_sface()
         self._seen: dict[int, int] = {}
-        self._close: set[int] = set()  # tracks whose last SFace similarity was CLOSE_SIMILARITY or more
         self.checks = 0  # faces compared so far
 
     def due(self, track_id: int, measured: bool = True) -> bool:
@@ -100,7 +93,7 @@ class LeakGuard:
             return False
         n = self._seen.get(track_id, 0)
         self._seen[track_id] = n + 1
-        return n < self.first or (n - self.first) % self.every == self.every - 1 or track_id in self._close
+        return n < self.first or (n - self.first) % self.every == self.every - 1
 
     def find_leaks(self, before: np.ndarray, after: np.ndarray, faces: Sequence[TrackedFace]) -> list[GuardVerdict]:
         """Compare each face of ``before`` (original frame) with ``after`` (rendered frame)."""
@@ -125,11 +118,6 @@ class LeakGuard:
         if sface_idx:
             for v in self._judge(sface_idx, np.stack(orig), np.stack(anon)):
                 verdicts[v.index] = v
-                tid = faces[v.index].track_id
-                if v.similarity >= CLOSE_SIMILARITY:
-                    self._close.add(tid)
-                else:
-                    self._close.discard(tid)
         self.checks += len(faces)
         return [v for v in verdicts if v is not None]
 

@@ -201,45 +201,6 @@ def test_a_sampling_leak_guard_checks_detected_faces_only():
     assert all(every_frame.due(2, measured=False) for _ in range(5))
 
 
-def test_a_sampling_guard_checks_a_face_near_the_threshold_on_every_detected_frame():
-    """leakguard.CLOSE_SIMILARITY: a track whose last check found its drawn face at SFace cosine >= 0.2 (under
-    the 0.25 threshold) is checked on every detected frame until a check finds it further; sampled again
-    after. Sampled alone, 25 of 2,580 faces leaked in quality.py's video runs; with it, 12."""
-    from dataclasses import replace
-
-    from streamdeid.leakguard import CLOSE_SIMILARITY, LeakGuard
-    from streamdeid.types import TrackedFace
-
-    class Fixed:  # SFace stand-in: the drawn face at cosine ``sim`` to the original
-        sim = 0.0
-
-        def embed(self, crops):
-            n = len(crops) // 2
-            e0 = np.tile([1.0, 0.0], (n, 1))
-            e1 = np.tile([self.sim, (1 - self.sim**2) ** 0.5], (n, 1))
-            return np.concatenate([e0, e1]).astype(np.float32)
-
-    sface = Fixed()
-    guard = LeakGuard(replace(AnonymizeConfig(method="composite"), leak_every=8), sface=sface)
-    image = np.full((200, 200, 3), 90, np.uint8)
-    face = TrackedFace(7, np.array([60, 50, 140, 150], np.float32),
-                       np.array([[84, 88], [116, 88], [100, 106], [88, 124], [112, 124]], np.float32), 0.9)
-
-    def checked(frames: int) -> int:
-        n = 0
-        for _ in range(frames):
-            if guard.due(7):
-                n += 1
-                assert not guard.find_leaks(image, image, [face])[0].leaked  # under the threshold
-        return n
-
-    assert checked(3) == 3  # the first frames
-    sface.sim = CLOSE_SIMILARITY + 0.01
-    assert checked(16) == 1 + 8  # the sampled check at the 8th frame finds it close: every frame after
-    sface.sim = CLOSE_SIMILARITY - 0.05
-    assert checked(16) == 1 + 2  # the next frame's check finds it further: every 8th frame again
-
-
 def test_a_weak_track_is_blurred_until_a_detection_of_it_is_sure(anon):
     """FaceContext.sure False (no detection of the track scored the tracker's high score yet: a dark face, or
     a hand the detector scored 0.4): the crop is blurred as --anonymizer blur does, and no composite is
