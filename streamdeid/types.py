@@ -188,8 +188,9 @@ class FaceContext:
     key: bytes | None = None  # per-track key material (32 bytes) when a key file is in use
     # [2, 3] steady crop -> this crop (align/steady.py), for anonymizers that ask (``steadied``); None: identity
     steady: np.ndarray | None = None
-    # a detection of this track has scored TrackConfig.high_score or more (so far, in render order); False: a
-    # weak track (a dark face, a hand, a shoulder), which an anonymizer that draws a face may cover otherwise
+    # a detection of this track has scored TrackConfig.high_score or more (so far in render order, or within
+    # the look-ahead: FrameResult.sure_ahead); False: a weak track (a dark face, a hand, a shoulder), which an
+    # anonymizer that draws a face may cover otherwise
     sure: bool = True
 
 
