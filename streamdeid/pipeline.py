@@ -9,13 +9,14 @@ Every run goes through one ``Pipeline``: a file (run/video.py), each file of a f
 
 The caller owns the source (a decoding thread, a live queue), the renderer (anonymizer and keys),
 the observers and ``emit``; decoding and encoding threads are in threads.py. A file run renders on a
-thread of its own (``render_thread``), so the detector of later frames overlaps the render of earlier ones.
+thread of its own (``render_thread``), so the detector of later frames overlaps the render of earlier ones,
+and ``run`` works out the camera's motion and scene cuts on another, ahead of the detector.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 from .anonymizers.base import Anonymizer
 from .config import PipelineConfig
@@ -23,12 +24,16 @@ from .edits.apply import EditPlan
 from .lookahead import LookaheadBuffer
 from .render import FrameRenderer, PastedFace
 from .selection import SelectStage
-from .stages import FaceStage, FrameObserver, RenderStage
+from .stages import CameraStep, FaceStage, FrameObserver, RenderStage
 from .summary import RunSummary
-from .threads import QUEUE_FRAMES, BackgroundQueue
+from .threads import QUEUE_FRAMES, BackgroundQueue, prefetch
 from .types import Frame, FrameResult
 
 __all__ = ["Emit", "Pipeline", "build_renderer", "process_frames"]
+
+# Frames whose camera step (FaceStage.step) is worked out ahead of detection (Pipeline.run), on the
+# "streamdeid-camera" thread: a few keep the main thread fed, each one more holds a frame in memory.
+STEP_AHEAD = 4
 
 #: Where a rendered frame goes: called once per frame, in order, after the observers.
 Emit = Callable[[FrameResult, list[PastedFace]], None]
@@ -91,10 +96,11 @@ class Pipeline:
         in_flight = max(2, QUEUE_FRAMES // self.batch_frames)  # batches
         self._renderer = BackgroundQueue(self._render, "streamdeid-render", in_flight) if render_thread else None
 
-    def push(self, frame: Frame, *, force_cut: bool = False) -> None:
+    def push(self, frame: Frame, *, force_cut: bool = False, step: CameraStep | None = None) -> None:
         """Detect and track ``frame``; render and emit whatever leaves the look-ahead buffer.
-        ``force_cut``: treat it as a scene cut (a live feed's first frame after a gap)."""
-        result = self.faces(frame, self.summary.times, force_cut=force_cut)
+        ``force_cut``: treat it as a scene cut (a live feed's first frame after a gap). ``step``: the
+        frame's ``FaceStage.step``, when the caller works it out ahead (``run``) for every frame."""
+        result = self.faces(frame, self.summary.times, force_cut=force_cut, step=step)
         if self.select is not None:
             t0 = time.perf_counter()
             self.select.observe(result)  # on the original pixels, before the look-ahead holds them
@@ -132,15 +138,28 @@ class Pipeline:
         """Push every Frame of ``items``; hand anything else (audio packets) to ``passthrough`` as it comes.
         Raises KeyboardInterrupt through, after rendering and emitting every frame already taken."""
         try:
-            for item in items:
+            for item, step in prefetch(self._stepped(items), STEP_AHEAD, "streamdeid-camera"):
                 if isinstance(item, Frame):
-                    self.push(item)
+                    self.push(item, step=step)
                 else:
                     passthrough(item)
         finally:
             # Normal end, error or Ctrl-C: frames already decoded are still covered
             # and written, so a partial output holds everything processed so far.
             self.finish()
+
+    def _stepped(self, items: Iterable[object]) -> Iterator[tuple[object, CameraStep | None]]:
+        """Each item with its frame's camera motion and scene cut (``FaceStage.step``; None for a packet),
+        timed as "camera". Run by ``run`` on a thread of its own: on two cores the main thread (detection
+        and tracking) is the run's critical path, and this was 16% of it on hamilton (py-spy)."""
+        for item in items:
+            if not isinstance(item, Frame):
+                yield item, None
+                continue
+            t0 = time.perf_counter()
+            step = self.faces.step(item.image)
+            self.summary.times.add("camera", time.perf_counter() - t0)
+            yield item, step
 
     def _take(self, result: FrameResult) -> None:
         result.sure_ahead = frozenset(self.faces.tracker.sure_ids())  # the detector has seen the look-ahead

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -47,6 +47,15 @@ def _centres(boxes: np.ndarray) -> np.ndarray:
     return (boxes[:, :2] + boxes[:, 2:]) / 2
 
 FrameObserver = Callable[[FrameResult, list[PastedFace]], None]
+
+
+@dataclass(frozen=True)
+class CameraStep:
+    """What the picture did since the previous frame (FaceStage.step): a function of the frames alone, so
+    Pipeline.run works it out on a thread of its own, ahead of detection and tracking."""
+
+    motion: np.ndarray | None  # [2, 3] affine, previous frame -> this one, in frame pixels (camera_motion.py)
+    cut: bool  # the picture changed more than the camera's motion explains (scenecut.py)
 
 
 class FaceStage:
@@ -101,13 +110,24 @@ class FaceStage:
         self._countdown = 0  # frames until the next scheduled detection
         self._since_scan = self.scan_every  # frames since the last small-face scan (scan on the first run)
 
-    def __call__(self, frame: Frame, times: StageTimes, *, force_cut: bool = False) -> FrameResult:
+    def step(self, image: np.ndarray) -> CameraStep:
+        """The camera's motion and the scene cut for the next frame's ``image`` ([H, W, 3] uint8 BGR). Call
+        it once per frame, in order (both remember the previous frame), on any one thread; the result goes
+        to ``__call__``. The motion comes first: a fast pan changes the whole picture, and only the motion
+        tells it from a cut (scenecut.py)."""
+        motion = self.camera(image) if self.camera is not None else None
+        return CameraStep(motion, self.scene_cut(image, motion))
+
+    def __call__(self, frame: Frame, times: StageTimes, *, force_cut: bool = False,
+                 step: CameraStep | None = None) -> FrameResult:
+        """Detect (on the cadence's frames) and track ``frame``. ``step``: ``self.step(frame.image)``, worked
+        out ahead by the caller for every frame (Pipeline.run); None works it out here, timed as tracking."""
         t0 = time.perf_counter()
-        # the camera's motion first: a fast pan changes the whole picture, and only the motion tells it
-        # from a cut (scenecut.py)
-        motion = self.camera(frame.image) if self.camera is not None else None
+        if step is None:
+            step = self.step(frame.image)
         camera_s = time.perf_counter() - t0  # timed as tracking
-        cut = self.scene_cut(frame.image, motion) or force_cut
+        motion = step.motion
+        cut = step.cut or force_cut
         if self.smallest_face is None:
             h, w = frame.image.shape[:2]
             self.smallest_face = self.finder.smallest_face(w, h)

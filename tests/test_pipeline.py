@@ -433,3 +433,45 @@ def test_a_weak_box_over_another_face_waits_for_a_second_run(seen_again: bool) -
     stage.finder.frame = 0
     result = stage(Frame(0, np.full((240, 320, 3), 100, np.uint8), 0, None), StageTimes())
     assert len(result.faces) == 2
+
+
+def test_camera_steps_worked_out_ahead_give_the_same_results_as_inline(media) -> None:
+    """Pipeline.run works out each frame's camera motion and scene cut on a thread of its own, ahead of
+    detection (FaceStage.step); pushing frame by frame works them out inline. A pan over the marching
+    band photo with a cut to another photo: the same motions, cuts and tracked faces either way."""
+    import threading
+
+    import cv2
+
+    from streamdeid.pipeline import Pipeline
+    from streamdeid.summary import RunSummary
+
+    photo = cv2.resize(cv2.imread(str(media / "crowd_marching_band.jpg")), (960, 686), interpolation=cv2.INTER_AREA)
+    other = cv2.resize(cv2.imread(str(media / "crowd_parade.jpg")), (640, 360), interpolation=cv2.INTER_AREA)
+    images = [np.ascontiguousarray(photo[8 * t:8 * t + 360, 12 * t:12 * t + 640]) for t in range(10)] + [other] * 3
+    cfg = PipelineConfig()
+    cfg.anonymize.method = "solid"
+    runs: dict[str, list] = {"inline": [], "ahead": []}
+    for how in runs:
+        steppers: set[str] = set()
+        pipeline = Pipeline(cfg, _renderer(SolidAnonymizer(), cfg), fps=25, summary=RunSummary(),
+                            emit=lambda result, _pasted, how=how: runs[how].append(result), render_thread=False)
+        step = pipeline.faces.step
+        pipeline.faces.step = lambda image: (steppers.add(threading.current_thread().name), step(image))[1]
+        frames = [Frame(i, img.copy(), i, None) for i, img in enumerate(images)]
+        if how == "ahead":
+            pipeline.run(frames, lambda item: None)
+        else:
+            for frame in frames:
+                pipeline.push(frame)
+            pipeline.finish()
+        assert steppers == {"streamdeid-camera" if how == "ahead" else threading.current_thread().name}
+    inline, ahead = runs["inline"], runs["ahead"]
+    assert [r.frame.index for r in ahead] == list(range(len(images)))
+    assert [r.scene_cut for r in ahead] == [r.scene_cut for r in inline] and ahead[10].scene_cut
+    assert sum(r.motion is not None for r in ahead) >= 8  # the pan was followed
+    for a, b in zip(inline, ahead):
+        assert (a.motion is None) == (b.motion is None)
+        assert a.motion is None or np.array_equal(a.motion, b.motion)
+        assert [(f.track_id, f.state, tuple(f.box)) for f in a.faces] == [(f.track_id, f.state, tuple(f.box)) for f in b.faces]
+    assert sum(len(r.faces) for r in ahead) > 50  # the band's faces were tracked
