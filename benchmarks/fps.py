@@ -29,6 +29,8 @@ from pathlib import Path
 
 import av
 
+from thread_cpu import ThreadCPU
+
 from streamdeid.api import anonymize
 from streamdeid.config import PipelineConfig
 from streamdeid.types import Frame
@@ -54,9 +56,11 @@ def transcode_fps(clip: str, out: Path, config: PipelineConfig) -> float:
 
 
 def pipeline_run(clip: str, out: Path, config: PipelineConfig) -> dict:
-    res = anonymize(clip, out, config)
+    with ThreadCPU() as cpu:
+        res = anonymize(clip, out, config)
     s = res.summary
     return {
+        "cpu_ms_per_frame": {k: 1000 * v / max(s.frames, 1) for k, v in sorted(cpu.seconds.items(), key=lambda kv: -kv[1])},
         "fps": s.fps,
         "frames": s.frames,
         "faces": s.faces,
@@ -169,6 +173,8 @@ def main() -> int:
     print(f"streamdeid ({args.anonymizer})  {p['fps']:.1f} fps  ({p['frames']} frames, {p['faces']} faces, "
           f"{p['tracks']} tracks; {result['fps_vs_transcode']:.2f}x of transcode)")
     print("ms per frame       " + "  ".join(f"{k} {v:.1f}" for k, v in p["ms_per_frame"].items()))
+    print("CPU ms per frame   " + "  ".join(f"{k} {v:.1f}" for k, v in p["cpu_ms_per_frame"].items() if v >= 0.05)
+          + f"  (all {sum(p['cpu_ms_per_frame'].values()):.1f})")
     if "vs_deface" in result:
         d = result["vs_deface"]
         print(f"CLI wall-clock     streamdeid {d['streamdeid_fps']:.1f} fps, deface {d['deface_fps']:.1f} fps, "
