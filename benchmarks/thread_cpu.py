@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 
 POLL_SECONDS = 0.05  # a thread that ends between two polls loses at most this much of its CPU
 
