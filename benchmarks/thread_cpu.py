@@ -52,5 +52,6 @@ class ThreadCPU:
             except OSError:  # the thread ended
                 continue
             cpu = (int(fields[11]) + int(fields[12])) / self._tick  # utime + stime
+            # a Python thread's name while it lives (kept once it has ended), else a native library's thread
             name = names.get(int(task)) or self._last.get(task, ("native", 0.0))[0]
-            self._last[task] = (name if name in names.values() else "native", cpu)
+            self._last[task] = (name, cpu)

@@ -457,7 +457,11 @@ def test_camera_steps_worked_out_ahead_give_the_same_results_as_inline(media) ->
         pipeline = Pipeline(cfg, _renderer(SolidAnonymizer(), cfg), fps=25, summary=RunSummary(),
                             emit=lambda result, _pasted, how=how: runs[how].append(result), render_thread=False)
         step = pipeline.faces.step
-        pipeline.faces.step = lambda image: (steppers.add(threading.current_thread().name), step(image))[1]
+
+        def watched(image, step=step, steppers=steppers):  # records which thread works the step out
+            steppers.add(threading.current_thread().name)
+            return step(image)
+        pipeline.faces.step = watched
         frames = [Frame(i, img.copy(), i, None) for i, img in enumerate(images)]
         if how == "ahead":
             pipeline.run(frames, lambda item: None)
