@@ -4,14 +4,22 @@ On two cores a run is CPU-bound (docs/speed.md): its wall time follows the CPU a
 together, and each stage's wall milliseconds (StageTimes) are inflated by the threads it shares the
 cores with. This counts CPU instead, per thread: Python threads by name (streamdeid-render, ...),
 threads that native libraries start (ONNX Runtime's second thread, x264's) as "native".
+
+A thread's CPU is read while it lives, every POLL_SECONDS and at the block's end. A thread that ends
+inside the block loses what it took after the last poll that saw it, and a poller starved of the GIL
+sees it less often (under a test suite's load, a 0.3 s thread was missed whole). That CPU is reported
+as ENDED, the process's own CPU (time.process_time, which counts ended threads) less every thread's, so
+the figures always add up to what the block took.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import time
 
-POLL_SECONDS = 0.05  # a thread that ends between two polls loses at most this much of its CPU
+POLL_SECONDS = 0.05
+ENDED = "ended between polls"  # the name the CPU of threads that ended unseen goes under
 
 
 class ThreadCPU:
@@ -27,6 +35,9 @@ class ThreadCPU:
 
     def __enter__(self) -> "ThreadCPU":
         self._read()
+        # after the first read as the total's end is after the last: what threads take while a read
+        # runs (each file read lets other Python threads run) then counts on both sides alike
+        self._process_start = time.process_time()
         self._start = {t: c for t, (_, c) in self._last.items()}
         self._poller.start()
         return self
@@ -35,9 +46,12 @@ class ThreadCPU:
         self._stop.set()
         self._poller.join()
         self._read()
+        total = time.process_time() - self._process_start
         for task, (name, cpu) in self._last.items():
-            if name != self._poller.name:
-                self.seconds[name] = self.seconds.get(name, 0.0) + cpu - self._start.get(task, 0.0)
+            self.seconds[name] = self.seconds.get(name, 0.0) + cpu - self._start.get(task, 0.0)
+        total -= self.seconds.pop(self._poller.name, 0.0)  # the measuring's own cost is no thread's
+        # /proc counts in clock ticks (10 ms), so the threads may add up to a little more than the total
+        self.seconds[ENDED] = max(0.0, total - sum(self.seconds.values()))
 
     def _poll(self) -> None:
         while not self._stop.wait(POLL_SECONDS):
@@ -49,7 +63,7 @@ class ThreadCPU:
             try:
                 with open(f"/proc/self/task/{task}/stat") as fh:
                     fields = fh.read().rsplit(")", 1)[1].split()
-            except OSError:  # the thread ended
+            except (OSError, IndexError):  # the thread ended (its stat gone, or read empty)
                 continue
             cpu = (int(fields[11]) + int(fields[12])) / self._tick  # utime + stime
             # a Python thread's name while it lives (kept once it has ended), else a native library's thread
