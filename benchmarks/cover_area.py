@@ -13,8 +13,8 @@ owns it (render.PastedFace.owned). A cover is put in one of these kinds:
   held            a face a detector run that could see it missed (the tracker's guess)
   back-filled     a face before its first detection (the look-ahead's guess)
 and, for held and back-filled, whether the guess was matched to the face's pixels
-(track/appearance.py) or widened, or (back-filled) redrawn unwidened for a face its next detections
-show still (lookahead.py). A cover is "on a face" when its box's centre lies in a pasted
+(track/appearance.py) or widened, or (back-filled) "settled": redrawn for a face its next detections
+show still or moving at its size (lookahead.py). A cover is "on a face" when its box's centre lies in a pasted
 face's box grown by a quarter of its size each way (any pasted face, also those mostly out of the
 picture), "at the edge" when it is on no face and its box leaves the picture, else "on no face".
 Also printed: a detected cover's owned pixels over its box's area (median), i.e. how much larger
@@ -50,7 +50,7 @@ def kind(face: TrackedFace) -> str:
     if face.state == "held" and face.between_runs:
         return "between runs"
     if face.state == "backfilled" and face.between_runs:
-        return "back-filled, still"
+        return "back-filled, settled"  # redrawn for a face its next detections show still or moving (lookahead.py)
     state = "held" if face.state == "held" else "back-filled"
     return f"{state}, {'matched' if face.matched else 'widened'}"
 

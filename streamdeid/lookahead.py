@@ -18,6 +18,13 @@ before it too: its widened back-filled covers still in the buffer are redrawn at
 box, with the margin of a face between two detector runs (cover_size.BETWEEN_RUNS_GROWTH).
 Seated audiences are back-filled often (dim faces the detector finds late), and their widened
 covers were the largest share of short_hamilton_clip.mp4's cover off every face.
+
+A face its next detections show moving (at about its size) is settled too, on its way: each
+widened cover is redrawn over the two places the face most likely was, the found box (had it
+sat still until its first detection) and that box carried back along the detections' velocity
+(had it moved as it moves now), and no further than the widened box it replaces, so the new
+cover lies inside the old one. A widened cover grows the same way in every direction; the
+moving face's is stretched along its way only.
 """
 
 from __future__ import annotations
@@ -39,11 +46,12 @@ STILL_WITHIN = (2, 6)  # frames after the first detection in which a detection c
 @dataclass
 class _Backfill:
     """A track's first detection (carried along the camera's motion to the newest frame) and where its
-    widened back-filled covers are: (the earlier frame, the cover added there, the face unwidened)."""
+    widened back-filled covers are."""
 
     first: TrackedFace
     frames_since: int = 0
-    covers: list[tuple[FrameResult, TrackedFace, TrackedFace]] = field(default_factory=list)
+    # (the earlier frame, the cover added there, the face unwidened, frames back from the first detection)
+    covers: list[tuple[FrameResult, TrackedFace, TrackedFace, int]] = field(default_factory=list)
 
 
 class LookaheadBuffer:
@@ -99,14 +107,15 @@ class LookaheadBuffer:
                 drawn = f if f.matched else f.widened(back, "backfilled")
                 earlier.faces.append(drawn)
                 if not f.matched and f.track_id in firsts:
-                    self._unsettled.setdefault(f.track_id, _Backfill(firsts[f.track_id])).covers.append((earlier, drawn, f))
+                    self._unsettled.setdefault(f.track_id, _Backfill(firsts[f.track_id])).covers.append(
+                        (earlier, drawn, f, back))
             if earlier.scene_cut:
                 return
             later = earlier
 
     def _settle(self, result: FrameResult) -> None:
-        """Redraw the widened back-fill of tracks ``result``'s detections show still (see the top);
-        forget tracks whose detections show them moving, or that went unseen too long."""
+        """Redraw the widened back-fill of tracks ``result``'s detections show still or moving at about their
+        size (see the top); forget tracks whose size changed, or that went unseen too long."""
         detected = {f.track_id: f for f in result.faces if f.state == "detected"}
         for tid, fill in list(self._unsettled.items()):
             fill.first = fill.first.moved(result.motion)
@@ -115,10 +124,13 @@ class LookaheadBuffer:
             if result.scene_cut or fill.frames_since > STILL_WITHIN[1]:
                 del self._unsettled[tid]
             elif now is not None and fill.frames_since >= STILL_WITHIN[0]:
-                if _still(fill.first, now):
-                    for earlier, drawn, unwidened in fill.covers:
+                still = _still(fill.first, now)
+                if still or _about_its_size(fill.first, now):
+                    # [2] px a frame, in this frame's pixels (the first detection came along the camera's motion)
+                    velocity = np.zeros(2) if still else (_centre(now.box) - _centre(fill.first.box)) / fill.frames_since
+                    for earlier, drawn, unwidened, back in fill.covers:
                         if any(r is earlier for r in self._buf):  # not yet handed on to be rendered
-                            _redraw(earlier, drawn, replace(unwidened, state="backfilled", between_runs=True))
+                            _redraw(earlier, drawn, _on_its_way(unwidened, drawn, -back * velocity))
                 del self._unsettled[tid]
 
     @staticmethod
@@ -134,11 +146,33 @@ class LookaheadBuffer:
 
 def _still(first: TrackedFace, now: TrackedFace) -> bool:
     """``now`` lies within STILL_SHARE of ``first``'s size of it, at about its size."""
-    boxes = np.stack([first.box, now.box]).astype(np.float64)  # [2, 4]
-    size, size_now = np.maximum(longest_sides(boxes), 1.0)
-    centres = (boxes[:, :2] + boxes[:, 2:]) / 2  # [2, 2]
-    shift = float(np.hypot(*(centres[1] - centres[0])))
-    return shift <= STILL_SHARE * size and 0.8 <= size_now / size <= 1.25
+    shift = float(np.hypot(*(_centre(now.box) - _centre(first.box))))
+    return shift <= STILL_SHARE * _size(first) and _about_its_size(first, now)
+
+
+def _about_its_size(first: TrackedFace, now: TrackedFace) -> bool:
+    return 0.8 <= _size(now) / _size(first) <= 1.25
+
+
+def _size(face: TrackedFace) -> float:
+    return max(float(longest_sides(face.box[None])[0]), 1.0)
+
+
+def _centre(box: np.ndarray) -> np.ndarray:
+    """[2] the centre of an x1 y1 x2 y2 box [4]."""
+    b = np.asarray(box, np.float64)
+    return (b[:2] + b[2:]) / 2
+
+
+def _on_its_way(face: TrackedFace, drawn: TrackedFace, shift: np.ndarray) -> TrackedFace:
+    """``face`` (unwidened, at its first detection's box carried back) redrawn over its box and its box moved
+    by ``shift`` ([2] px: where it was had it moved as it moves now), within ``drawn`` (the widened cover it
+    replaces), with the margin of a face between two detector runs. Zero ``shift``: the face as it is."""
+    box = np.asarray(face.box, np.float64)
+    way = np.concatenate([np.minimum(box[:2], box[:2] + shift), np.maximum(box[2:], box[2:] + shift)])
+    within = np.concatenate([np.maximum(way[:2], drawn.box[:2]), np.minimum(way[2:], drawn.box[2:])])
+    moved = (within[:2] + within[2:]) / 2 - _centre(box)  # [2] the landmarks follow the box's centre
+    return replace(face, box=within, landmarks=face.landmarks + moved, state="backfilled", between_runs=True)
 
 
 def _redraw(result: FrameResult, drawn: TrackedFace, face: TrackedFace) -> None:

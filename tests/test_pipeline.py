@@ -40,29 +40,46 @@ def test_lookahead_backfills_frames_before_first_detection() -> None:
     assert states == [[], ["backfilled"], ["backfilled"], ["backfilled"], ["detected"]]
 
 
-def _backfilled_widths(moves: list[float]) -> list[float]:
-    """A face first detected on frame 6 of 12 and again on frames 8 and 10, moved ``moves[k]`` px right on
-    the k-th of those: the widths of its back-filled covers on frames 0-5 as rendered."""
+def _backfilled_boxes(moves: list[float], grow: list[float] | None = None) -> list[np.ndarray]:
+    """A face first detected on frame 6 of 12 and again on frames 8 and 10, moved ``moves[k]`` px right (and
+    ``grow[k]`` px larger on each side) on the k-th of those: the boxes of its back-filled covers on frames
+    0-5 as rendered."""
     buf = LookaheadBuffer(8)
     out = []
     seen = {6: 0, 8: 1, 10: 2}
+    grow = grow or [0.0] * 3
     for i in range(12):
-        faces = [_face(7, moves[seen[i]])] if i in seen else []
+        faces = []
+        if i in seen:
+            g = grow[seen[i]]
+            faces = [TrackedFace(7, BOX + [moves[seen[i]] - g, -g, moves[seen[i]] + g, g], LM + [moves[seen[i]], 0], 0.9)]
         out += list(buf.push(_result(i, faces)))
     out += list(buf.drain())
     back = [f for r in out[:6] for f in r.faces]
     assert [f.state for f in back] == ["backfilled"] * 6
-    return [float(f.box[2] - f.box[0]) for f in back]
+    return [f.box.astype(float) for f in back]
 
 
 def test_lookahead_redraws_a_still_face_back_fill_unwidened() -> None:
     """A face its next detections show where it was first found sat there before too: its back-filled covers
-    are redrawn at its box (drawn with the between-runs margin), not widened with every frame back; a face
-    that moved keeps the widened ones."""
-    still = _backfilled_widths([0.0, 1.0, 0.0])
-    moving = _backfilled_widths([0.0, 12.0, 24.0])
-    assert still == [80.0] * 6  # BOX is 80 px wide
-    assert moving[0] > moving[-1] > 80.0  # widened more the further back
+    are redrawn at its box (drawn with the between-runs margin), not widened with every frame back."""
+    still = _backfilled_boxes([0.0, 1.0, 0.0])
+    assert [b[2] - b[0] for b in still] == [80.0] * 6  # BOX is 80 px wide
+
+
+def test_lookahead_redraws_a_moving_face_back_fill_along_its_way() -> None:
+    """A face its next detections show moving right (6 px a frame) at its size came from the left: each
+    back-filled cover spans its first box and that box carried back along its way, within the widened cover it
+    replaces (1 + 0.05 of its size a frame back, about its centre), so it is widened towards where the face came
+    from only. A face whose size changed keeps the widened covers."""
+    moving = _backfilled_boxes([0.0, 12.0, 24.0])
+    for k, box in zip(range(6, 0, -1), moving):  # frame 0 is 6 frames before the first detection
+        widened_left = 160.0 - 40.0 * (1 + 0.05 * k)
+        assert box[0] == pytest.approx(max(BOX[0] - 6.0 * k, widened_left))
+        assert box[2] == pytest.approx(BOX[2])  # not widened away from its way
+        assert (box[1], box[3]) == pytest.approx((BOX[1], BOX[3]))  # it moved along x alone
+    growing = _backfilled_boxes([0.0, 12.0, 24.0], grow=[0.0, 15.0, 30.0])  # 100 -> 130 px tall
+    assert all(b[2] - b[0] > 80.0 and b[2] > BOX[2] for b in growing)
 
 
 def test_lookahead_stops_at_scene_cut() -> None:
