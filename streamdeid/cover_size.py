@@ -8,7 +8,7 @@ run is of the face's position sets how much larger the cover is drawn:
 * held or back-filled, and its own pixels found there by template matching
   (TrackedFace.matched, track/appearance.py): MATCHED_GROWTH;
 * held only because the detector skipped this frame (TrackedFace.between_runs; the runs before and
-  after found it): BETWEEN_RUNS_GROWTH;
+  after found it): BETWEEN_RUNS_GROWTH, or MATCHED_GROWTH where its track is still (TrackedFace.still);
 * any other guess (a held face a detector run missed, a back-filled one): UNCERTAIN_GROWTH, and its
   box is widened with every frame unseen too (``unseen_scale``, TrackedFace.widened).
 
@@ -40,6 +40,11 @@ BETWEEN_RUNS_GROWTH = 1.15
 # A held or back-filled face whose pixels were found where it is drawn (TrackedFace.matched,
 # track/appearance.py) is where a detection would put it, to a template pixel (3% of a large face).
 MATCHED_GROWTH = 1.05
+# ... and so is a face between runs whose track moves under this share of its height a frame, the camera's
+# motion taken out (TrackedFace.still; the Kalman filter's velocity, track/tracker.py): a detection put it
+# there a frame ago. In a crowd under a moving camera nearly every face is still so, and its covers between
+# runs were the largest share of the marching band pan's cover off every face (benchmarks/precision.py).
+STILL_SPEED = 0.05
 
 
 def unseen_scale(size: float, frames_unseen: int) -> float:
@@ -55,12 +60,12 @@ def unseen_scale(size: float, frames_unseen: int) -> float:
 MAX_GUESS_GROWTH_PX = 40
 
 
-def drawn_growth(state: str, matched: bool, between_runs: bool, size: float = 0.0) -> float:
+def drawn_growth(state: str, matched: bool, between_runs: bool, size: float = 0.0, still: bool = False) -> float:
     """How much larger than its (possibly widened) box, of longest side ``size`` px, a face in ``state`` is
     drawn (see the top)."""
     if state == "detected":
         return 1.0
-    if matched:
+    if matched or still:
         return MATCHED_GROWTH
     growth = BETWEEN_RUNS_GROWTH if between_runs else UNCERTAIN_GROWTH
     return min(growth, 1.0 + MAX_GUESS_GROWTH_PX / size) if size > 0 else growth

@@ -64,7 +64,7 @@ def _unwidened(face: TrackedFace, inverse: np.ndarray) -> np.ndarray | None:
     cover_size.py: box and landmarks scaled by g about the box centre c, so the map is scaled by 1/g about c);
     None where it is not."""
     box = np.asarray(face.box, np.float64)
-    g = drawn_growth(face.state, face.matched, face.between_runs, float(longest_sides(box[None])[0]))
+    g = drawn_growth(face.state, face.matched, face.between_runs, float(longest_sides(box[None])[0]), face.still)
     if g == 1.0:
         return None
     c = np.array([(box[0] + box[2]) / 2, (box[1] + box[3]) / 2])
@@ -276,7 +276,7 @@ class FrameRenderer:
         landmarks = np.array([f.landmarks for f in faces], np.float64)  # [N, 5, 2]
         # A predicted (held) or back-filled position is a guess: the face may have moved, so cover a
         # larger area around it (cover_size.py).
-        growth = np.array([drawn_growth(f.state, f.matched, f.between_runs, s)
+        growth = np.array([drawn_growth(f.state, f.matched, f.between_runs, s, f.still)
                            for f, s in zip(faces, longest_sides(boxes))])
         guess = growth != 1.0
         if guess.any():

@@ -103,6 +103,8 @@ class TrackedFace:
     detections show still (lookahead.py): drawn with the same margin.
     ``matched``: held or back-filled, and the face's pixels from its detection were found
     at this box by template matching (track/appearance.py), so it is not widened.
+    ``still``: between runs, and its track moves under cover_size.STILL_SPEED of its height a
+    frame (the camera's motion taken out): where a detection put it a frame ago, drawn as a matched one.
     """
 
     track_id: int
@@ -112,6 +114,7 @@ class TrackedFace:
     state: str = "detected"
     between_runs: bool = False
     matched: bool = False
+    still: bool = False
 
     def __post_init__(self) -> None:
         self.box = np.asarray(self.box, dtype=np.float32).reshape(4)

@@ -363,6 +363,26 @@ def test_a_run_blind_to_a_small_face_holds_it_unwidened_on_the_same_clock():
     assert seen_by[5] is None and blind_to[5] is None  # the same hold: 5 frames
 
 
+def test_a_still_face_between_runs_is_drawn_as_matched_a_moving_one_with_the_between_runs_margin():
+    """Between detector runs (``update(None)``) a track moving under STILL_SPEED of its height a frame is where
+    its last run found it: ``still``, drawn with the matched margin; a face crossing the frame is not."""
+    from streamdeid.cover_size import BETWEEN_RUNS_GROWTH, MATCHED_GROWTH, STILL_SPEED, drawn_growth
+
+    tracker = FaceTracker(fps=25, config=TrackConfig())
+    between = []
+    for t in range(12):
+        d = dets([face(100, 100), face(200 + 6 * t, 200)])  # 40 px tall: still, and 6 px a frame (0.15)
+        out = tracker.update(d if t % 2 == 0 else None)
+        if t % 2:
+            between.append(sorted(out, key=lambda f: f.box[0]))
+    assert 6 / 40 > STILL_SPEED
+    for sitting, walking in between[2:]:  # once the filter has the walker's speed
+        assert sitting.between_runs and sitting.still and walking.between_runs and not walking.still
+        assert drawn_growth(sitting.state, sitting.matched, sitting.between_runs, 40.0, sitting.still) == MATCHED_GROWTH
+        assert drawn_growth(walking.state, walking.matched, walking.between_runs, 40.0, walking.still) == \
+            BETWEEN_RUNS_GROWTH
+
+
 def test_a_closer_look_ends_a_hold_or_continues_the_track_or_leaves_it_held():
     """TrackConfig.verify_guesses: on a detector run that missed a reported track, ``verify`` looks
     closer. Nothing found by DOUBTS_TO_END looks in a row: the hold ends then (the face is remembered,

@@ -67,6 +67,7 @@ from collections.abc import Callable
 import numpy as np
 
 from streamdeid.config import TrackConfig
+from streamdeid.cover_size import STILL_SPEED
 from streamdeid.track.kalman_filter import KalmanFilter, xyah_to_xyxy, xyxy_to_xyah
 from streamdeid.track.matching import NEAR_GATE, iou_matrix, linear_assignment, near_matrix
 from streamdeid.types import Detections, TrackedFace
@@ -435,7 +436,9 @@ class FaceTracker:
         boxes, landmarks = boxes.astype(np.float32), landmarks.astype(np.float32)
         faces = []
         for t, box, lm in zip(tracks, boxes, landmarks):
-            face = TrackedFace(t.track_id, box, lm, t.score, "held", between_runs=not t.unseen)
+            # between runs, a track moving under STILL_SPEED of its height a frame is where it was detected
+            still = not t.unseen and float(np.hypot(t.mean[4], t.mean[5])) < STILL_SPEED * t.height
+            face = TrackedFace(t.track_id, box, lm, t.score, "held", between_runs=not t.unseen, still=still)
             if t.unseen:
                 found = locate(t.track_id, face.box) if locate is not None else None
                 face = moved_to(face, found) if found is not None else face.widened(t.unseen, "held")
