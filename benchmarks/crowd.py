@@ -114,7 +114,7 @@ def load_truth(path: Path):
     import importlib.util
     from types import SimpleNamespace
 
-    spec = importlib.util.spec_from_file_location("_pan", REPO / "streamdeid" / "eval" / "pan.py")
+    spec = importlib.util.spec_from_file_location("_pan", REPO / "evaluation" / "pan.py")
     pan = importlib.util.module_from_spec(spec)
     sys.modules["_pan"] = pan  # dataclasses look their module up
     spec.loader.exec_module(pan)
