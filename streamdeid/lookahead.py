@@ -37,7 +37,7 @@ import numpy as np
 
 from .track.appearance import find, moved_to, template_of
 from .track.camera_motion import invert
-from .types import FrameResult, TrackedFace, longest_sides
+from .types import FrameResult, TrackedFace, box_centres, longest_sides
 
 STILL_SHARE = 0.1  # of the face's size: a face that moved less after its first detection is still
 STILL_WITHIN = (2, 6)  # frames after the first detection in which a detection can show it still
@@ -127,7 +127,8 @@ class LookaheadBuffer:
                 still = _still(fill.first, now)
                 if still or _about_its_size(fill.first, now):
                     # [2] px a frame, in this frame's pixels (the first detection came along the camera's motion)
-                    velocity = np.zeros(2) if still else (_centre(now.box) - _centre(fill.first.box)) / fill.frames_since
+                    velocity = np.zeros(2) if still else \
+                        (box_centres(now.box) - box_centres(fill.first.box)) / fill.frames_since
                     for earlier, drawn, unwidened, back in fill.covers:
                         if any(r is earlier for r in self._buf):  # not yet handed on to be rendered
                             _redraw(earlier, drawn, _on_its_way(unwidened, drawn, -back * velocity))
@@ -146,7 +147,7 @@ class LookaheadBuffer:
 
 def _still(first: TrackedFace, now: TrackedFace) -> bool:
     """``now`` lies within STILL_SHARE of ``first``'s size of it, at about its size."""
-    shift = float(np.hypot(*(_centre(now.box) - _centre(first.box))))
+    shift = float(np.hypot(*(box_centres(now.box) - box_centres(first.box))))
     return shift <= STILL_SHARE * _size(first) and _about_its_size(first, now)
 
 
@@ -158,12 +159,6 @@ def _size(face: TrackedFace) -> float:
     return max(float(longest_sides(face.box[None])[0]), 1.0)
 
 
-def _centre(box: np.ndarray) -> np.ndarray:
-    """[2] the centre of an x1 y1 x2 y2 box [4]."""
-    b = np.asarray(box, np.float64)
-    return (b[:2] + b[2:]) / 2
-
-
 def _on_its_way(face: TrackedFace, drawn: TrackedFace, shift: np.ndarray) -> TrackedFace:
     """``face`` (unwidened, at its first detection's box carried back) redrawn over its box and its box moved
     by ``shift`` ([2] px: where it was had it moved as it moves now), within ``drawn`` (the widened cover it
@@ -171,7 +166,7 @@ def _on_its_way(face: TrackedFace, drawn: TrackedFace, shift: np.ndarray) -> Tra
     box = np.asarray(face.box, np.float64)
     way = np.concatenate([np.minimum(box[:2], box[:2] + shift), np.maximum(box[2:], box[2:] + shift)])
     within = np.concatenate([np.maximum(way[:2], drawn.box[:2]), np.minimum(way[2:], drawn.box[2:])])
-    moved = (within[:2] + within[2:]) / 2 - _centre(box)  # [2] the landmarks follow the box's centre
+    moved = box_centres(within) - box_centres(box)  # [2] the landmarks follow the box's centre
     return replace(face, box=within, landmarks=face.landmarks + moved, state="backfilled", between_runs=True)
 
 

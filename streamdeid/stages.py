@@ -24,7 +24,7 @@ from .track.appearance import TemplateStore, find, same_face
 from .track.camera_motion import CameraMotion
 from .track.matching import iou_matrix
 from .track.tracker import Locate, Provisional, SameFace, Verify
-from .types import Detections, Frame, FrameResult, longest_sides
+from .types import Detections, Frame, FrameResult, box_centres, longest_sides
 
 # A box from the fast pass's floor up, over another box's centre, scoring under this, starts a track
 # reported from its second detector run (FaceStage._provisional); as the still passes' SURE_SCORE
@@ -41,10 +41,6 @@ SURE_OVERLAP = 0.2
 # its track was held or remembered (hamilton's performer leaving at the right edge, frames 46-70).
 SURE_REACH = 0.75
 
-
-def _centres(boxes: np.ndarray) -> np.ndarray:
-    """[N, 2] centres of x1 y1 x2 y2 boxes [N, 4]."""
-    return (boxes[:, :2] + boxes[:, 2:]) / 2
 
 FrameObserver = Callable[[FrameResult, list[PastedFace]], None]
 
@@ -213,7 +209,7 @@ class FaceStage:
         if len(sure):  # on a face as large that a detection was sure of (the performer turning)
             sides = longest_sides(sure)
             as_large = longest_sides(dets.boxes)[:, None] < ODD_SIZE_RATIO * sides[None, :]  # [N, K]
-            apart = np.hypot(*(_centres(dets.boxes)[:, None, :] - _centres(sure)[None, :, :]).transpose(2, 0, 1))
+            apart = np.hypot(*(box_centres(dets.boxes)[:, None, :] - box_centres(sure)[None, :, :]).transpose(2, 0, 1))
             near = (iou_matrix(dets.boxes, sure) >= SURE_OVERLAP) | (apart <= SURE_REACH * sides[None, :])
             odd &= ~(near & as_large).any(axis=1)
             if not odd.any():

@@ -153,6 +153,12 @@ def longest_sides(boxes: np.ndarray) -> np.ndarray:
     return np.maximum(b[:, 2] - b[:, 0], b[:, 3] - b[:, 1])
 
 
+def box_centres(boxes: np.ndarray) -> np.ndarray:
+    """float64 centres of x1 y1 x2 y2 boxes: [N, 2] for [N, 4], [2] for one box [4]."""
+    b = np.asarray(boxes, np.float64)
+    return (b[..., :2] + b[..., 2:]) / 2
+
+
 def scaled_about_centre(box: np.ndarray, landmarks: np.ndarray, factor: float) -> tuple[np.ndarray, np.ndarray]:
     """``box`` ([4] x1, y1, x2, y2) and ``landmarks`` ([5, 2]) scaled by ``factor`` about the box centre;
     or N faces at once: boxes [N, 4], landmarks [N, 5, 2], factors [N]. One box in plain floats:
