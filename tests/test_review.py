@@ -76,9 +76,10 @@ def get(url: str, headers: dict | None = None) -> tuple[int, bytes, dict]:
 class ReviewProcess:
     """`streamdeid review ... --no-browser` in a subprocess; its URL from the first line of stdout."""
 
-    def __init__(self, *args: str) -> None:
+    def __init__(self, *args: str, env: dict | None = None) -> None:
         self.proc = subprocess.Popen([sys.executable, "-m", "streamdeid.cli", "review", *args, "--no-browser"],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     env=None if env is None else {**os.environ, **env})
         lines: queue.Queue[str] = queue.Queue()
         threading.Thread(target=lambda: [lines.put(line) for line in self.proc.stdout], daemon=True).start()
         self.stderr: list[str] = []
@@ -358,6 +359,52 @@ def test_tracks_without_an_audit_log(work, tmp_path) -> None:
     assert not st["video"]["preview"]  # H.264 4:2:0 MP4: the browser plays the output itself
     assert all(t["thumb_out"] and t["thumb_src"] for t in st["tracks"])
     assert any(k == "vault" and "2 tracks" in v for k, v in st["facts"]), st["facts"]
+    # the de-anonymized copy recovered for the thumbnails is gone once they are taken
+    assert review.originals is not None and review.originals.parent == tmp_path
+    assert not review.originals.exists()
+
+
+def test_a_killed_review_leaves_no_recovered_originals(work, tmp_path) -> None:
+    """SIGTERM (kill) and SIGHUP (a closed terminal) stop a review as Ctrl-C does: its work folder, where the
+    originals are recovered from the vault, is removed, and the exit status still names the signal. A folder
+    left by a review killed outright (SIGKILL) is removed by the next review."""
+    from streamdeid.review import OWNER_FILE, WORKDIR_PREFIX, remove_stale_workdirs
+
+    out = tmp_path / "keyed.mp4"
+    proc = run_cli("run", str(work["src"]), "-o", str(out), "--no-progress", "--threshold", THRESHOLD,
+                   "--key-file", str(tmp_path / "k.key"), "--new-key")
+    assert proc.returncode == 0, proc.stderr.decode()
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        tmp = tmp_path / f"tmp{int(sig)}"
+        tmp.mkdir()
+        review = ReviewProcess(str(out), "--key-file", str(tmp_path / "k.key"), "--tracks", str(work["log"]),
+                               "--no-scan", env={"TMPDIR": str(tmp)})
+        assert len(list(tmp.glob(f"{WORKDIR_PREFIX}*"))) == 1  # serving
+        review.proc.send_signal(sig)
+        assert review.proc.wait(timeout=30) == -sig, "".join(review.stderr)
+        assert list(tmp.glob(f"{WORKDIR_PREFIX}*")) == [], "the work folder was left behind"
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale, live = tmp_path / f"{WORKDIR_PREFIX}stale", tmp_path / f"{WORKDIR_PREFIX}live"
+    for folder, pid in ((stale, dead.pid), (live, os.getpid())):
+        folder.mkdir()
+        (folder / OWNER_FILE).write_text(str(pid))
+        (folder / "originals.mkv").write_bytes(b"x")
+    assert remove_stale_workdirs(tmp_path) == [stale]
+    assert not stale.exists() and live.exists()
+
+
+def test_a_busy_port_is_told_before_the_preparation(work, tmp_path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        proc = run_cli("review", str(work["out"]), "--source", str(work["src"]), "--no-browser", "--port", str(port))
+    err = proc.stderr.decode()
+    assert proc.returncode == 1 and f"127.0.0.1:{port}" in err and "--port" in err, err
+    assert "tracks from" not in proc.stdout.decode() + err  # nothing was prepared
+    assert "Traceback" not in err and "internal error" not in err
 
 
 def test_flags_group_and_rank() -> None:

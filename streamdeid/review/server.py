@@ -162,19 +162,34 @@ def build_app(review, token: str, port: int):
     return TokenGate(Starlette(routes=routes), token, port)
 
 
+def bind_local(port: int = 0) -> socket.socket:
+    """A listening socket on 127.0.0.1:``port`` (0: a free one); a port in use is a StreamdeidError."""
+    from ..types import StreamdeidError
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((HOST, port))
+        sock.listen(64)
+    except OSError as exc:
+        sock.close()
+        raise StreamdeidError(f"cannot serve the review on {HOST}:{port}: {exc.strerror or exc} "
+                              "(give another --port, or 0 for a free one)") from None
+    return sock
+
+
 class ReviewServer:
     """uvicorn on a socket bound to 127.0.0.1 and a free port; ``url`` carries the token."""
 
-    def __init__(self, review, *, port: int = 0) -> None:
+    def __init__(self, review, *, port: int = 0, sock: socket.socket | None = None) -> None:
+        """``sock``: one ``bind_local`` bound already (before the review's long preparation, so a busy port
+        is reported at once); else one is bound to ``port`` here."""
         try:
             import uvicorn
         except ImportError as exc:
             raise _missing_extra(exc) from None
         self.token = secrets.token_urlsafe(24)
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind((HOST, port))
-        self.sock.listen(64)
+        self.sock = sock or bind_local(port)
         self.port = self.sock.getsockname()[1]
         self.url = f"http://{HOST}:{self.port}/{self.token}/"
         app = build_app(review, self.token, self.port)

@@ -132,7 +132,14 @@ class Review:
             f.thumb = f"f{k}"
         self._output_pass()
         self._originals_pass()
+        self._forget_recovered()
         self.flags = sort_flags(self.flags)
+
+    def _forget_recovered(self) -> None:
+        """Delete the originals recovered from the vault once their thumbnails are taken: the page needs
+        nothing more of them, and a de-anonymized copy of the whole video must not outlive that."""
+        if self.originals is not None and self.originals.parent == self.workdir:
+            self.originals.unlink(missing_ok=True)
 
     def _load_tracks(self) -> None:
         s = self.settings
