@@ -13,11 +13,15 @@ class TrackExporter:
     """Writes a JSONL record per covered face: box, score, state (and whether a guess was matched) and
     the method used."""
 
-    def __init__(self, path: str | Path, summary=None) -> None:
+    def __init__(self, path: str | Path, summary=None, video_id: bytes | None = None) -> None:
         """``summary``: the run's RunSummary; its ``decisions`` (--keep/--only) are written at close,
-        one ``{"track": id, "decision": {...}}`` line per judged track."""
+        one ``{"track": id, "decision": {...}}`` line per judged track. ``video_id``: the run's (the output
+        carries it too, vault/naming.py): the first line is ``{"video_id": hex}``, so a reader can tell this
+        log from one an earlier run of the same output left beside it (review)."""
         self._fh = open(path, "w", encoding="utf-8")
         self.summary = summary
+        if video_id is not None:
+            self._fh.write(json.dumps({"video_id": video_id.hex()}) + "\n")
 
     def __call__(self, result: FrameResult, pasted: list[PastedFace]) -> None:
         methods = {id(p.face): p.method for p in pasted}

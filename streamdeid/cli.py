@@ -172,8 +172,11 @@ def _anonymize_reporting(input: str, output: str | None, opts, report: str | Non
     from .run import Runner, default_output, file_outcome
     from .run.outcome import failed_outcome, write_report
 
+    runner = Runner(opts)
+    if report is not None:  # checked before the run: a failed run writes its report too
+        runner.refuse_clobbering(report=report)
     try:
-        result = anonymize(input, output, runner=Runner(opts))
+        result = anonymize(input, output, runner=runner)
     except StreamdeidError as exc:
         if report is not None:
             dst = output if output is not None else default_output(input) if input != "-" else ""
@@ -192,7 +195,14 @@ def _echo_vault(result, key_file: str | None, how: str) -> None:
         click.echo(f"streamdeid: a recovery vault beside each video in {result.output} (VIDEO.sdv; recover with"
                    f" `streamdeid recover {result.output}/VIDEO --key-file {key_file}{how} -o OUT`)", err=True)
     elif not result.files or any(f.status == "ok" for f in result.files):
-        click.echo("streamdeid: no recovery vault: this output is irreversible", err=True)
+        why = ""
+        if key_file is not None:  # say why the key file did not give one
+            from .video.images import is_image
+
+            outputs = [Path(f.output) for f in result.files if f.status == "ok"] or [result.output]
+            why = " (still images get no vault)" if all(is_image(str(o)) for o in outputs) else \
+                " (a stream output gets no vault)" if not isinstance(result.output, Path) else ""
+        click.echo(f"streamdeid: no recovery vault: this output is irreversible{why}", err=True)
 
 
 def _echo_folder(files) -> None:

@@ -40,3 +40,36 @@ def refuse_same_file(src: str | Path, out: Path) -> None:
         return
     if same:
         raise StreamdeidError(f"the output {out} is the input itself; choose another -o (the source would be lost)")
+
+
+def refuse_clobbering(reads: list[tuple[str, str | Path | None]], writes: list[tuple[str, str | Path | None]],
+                      overwrite: bool, rewritten: tuple[str, ...] = ()) -> None:
+    """Before a run writes anything. ``reads``, ``writes``: (what, path) pairs (None or ``-``: none), the
+    files it reads (its key file, edits file) and the files it writes (output, vault, audit log, report).
+    Whatever --overwrite says, it writes none of the files it reads (the key file is the only way back to
+    the originals) and no two of its outputs are one file; without --overwrite it replaces no file but
+    those ``rewritten`` names (a --report is rewritten by every run of a folder it resumes)."""
+    seen: dict[str, str] = {}
+    for what, w in writes:
+        if w is None or str(w) == "-":
+            continue
+        path = Path(w)
+        where = os.path.abspath(path)
+        if where in seen:
+            raise StreamdeidError(f"{path} is given as both the {seen[where]} and the {what}; choose another path")
+        seen[where] = what
+        if not path.exists():
+            continue
+        for read_what, r in reads:
+            if r is None or str(r) == "-":
+                continue
+            try:
+                same = os.path.samefile(r, path)
+            except OSError:
+                continue
+            if same:
+                raise StreamdeidError(f"the {what} {path} is the {read_what} itself; choose another path "
+                                      f"(the {read_what} would be lost)")
+        if not overwrite and what not in rewritten and not path.is_dir():
+            raise StreamdeidError(f"{what} exists: {path} (pass --overwrite to replace it)")
+

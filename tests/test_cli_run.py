@@ -59,6 +59,11 @@ def test_synthetic_face_video_is_covered_and_timing_kept(tmp_path: Path, media: 
         assert [f.time for f in fa] == [f.time for f in fb]
         assert (fb[0].width, fb[0].height) == (fa[0].width, fa[0].height)
     rows = [json.loads(line) for line in (tmp_path / "t.jsonl").read_text().splitlines()]
+    head, rows = rows[0], rows[1:]
+    from streamdeid.vault import read_video_id_tag
+
+    with av.open(str(out)) as c:  # the run's video id, as the output's metadata has it
+        assert head == {"video_id": read_video_id_tag(dict(c.metadata))} and len(head["video_id"]) == 32
     assert {r["frame"] for r in rows} == set(range(len(pts)))
     assert rows and all(r["method"] == "blur" for r in rows)
     assert all(isinstance(r["matched"], bool) and not (r["matched"] and r["state"] == "detected") for r in rows)
@@ -74,6 +79,42 @@ def test_never_overwrites_without_flag(tmp_path: Path, media: Path) -> None:
     assert out.read_bytes() == b"precious"
     proc = run_cli("run", str(src), "-o", str(out), "--no-progress", "--overwrite")
     assert proc.returncode == 0 and len(decode(out)) == 3
+
+
+def test_never_writes_over_the_key_file_or_another_output(tmp_path: Path, media: Path) -> None:
+    """The key file is the only way back to the originals: no output of run or recover (video, vault, audit log,
+    report) may replace it, --overwrite or not. Without --overwrite no existing file is replaced, the audit log
+    included; no two outputs may be one file."""
+    src = make_video(tmp_path / "in.mp4", face_frames(media, 3))
+    key = tmp_path / "v.mp4.sdv"  # named as the vault of v.mp4 would be
+    assert run_cli("keygen", str(key)).returncode == 0
+    secret = key.read_bytes()
+    out = tmp_path / "out.mp4"
+    base = ("run", str(src), "--no-progress", "--key-file", str(key))
+    for args, message in [
+        (("-o", str(key), "--overwrite"), "the output"),
+        (("-o", str(tmp_path / "v.mp4"), "--overwrite"), "the vault"),
+        (("-o", str(out), "--export-tracks", str(key), "--overwrite"), "the audit log"),
+        (("-o", str(out), "--report", str(key), "--overwrite"), "the report"),
+    ]:
+        proc = run_cli(*base, *args)
+        assert proc.returncode == 1 and f"{message} " in _err_line(proc) and "is the key file itself" in _err_line(proc), \
+            (args, _err_line(proc))
+        assert key.read_bytes() == secret
+    proc = run_cli(*base, "-o", str(out), "--export-tracks", str(out))
+    assert proc.returncode == 1 and "both the output and the audit log" in _err_line(proc), _err_line(proc)
+    assert not out.exists()
+    kept = tmp_path / "t.jsonl"  # an audit log is the output's: kept as the output is (a report is rewritten)
+    kept.write_bytes(b"precious")
+    proc = run_cli(*base, "-o", str(out), "--export-tracks", str(kept))
+    assert proc.returncode == 1 and "--overwrite" in _err_line(proc), _err_line(proc)
+    assert kept.read_bytes() == b"precious" and not out.exists()
+    proc = run_cli(*base, "-o", str(out))
+    assert proc.returncode == 0, _err_line(proc)
+    for target in (key, tmp_path / "out.mp4.sdv"):
+        proc = run_cli("recover", str(out), "--key-file", str(key), "-o", str(target), "--overwrite")
+        assert proc.returncode == 1 and "itself" in _err_line(proc), _err_line(proc)
+    assert key.read_bytes() == secret
 
 
 @pytest.mark.parametrize("content", [None, b"", b"this is not a video\n" * 50])

@@ -34,6 +34,8 @@ import pytest
 
 from conftest import MEDIA, decode, run_cli
 
+from streamdeid.types import StreamdeidError
+
 CLIP = MEDIA / "short_hamilton_clip.mp4"
 FRAMES = 60
 THRESHOLD = "0.9"
@@ -350,10 +352,14 @@ def test_tracks_without_an_audit_log(work, tmp_path) -> None:
     assert sorted(map(key, again.covers)) == sorted(map(key, read_audit_log(work["log"]).covers))
     out = tmp_path / "keyed.mp4"
     proc = run_cli("run", str(work["src"]), "-o", str(out), "--no-progress", "--threshold", THRESHOLD,
-                   "--key-file", str(tmp_path / "k.key"), "--new-key")
+                   "--key-file", str(tmp_path / "k.key"), "--new-key", "--export-tracks", str(tmp_path / "k.jsonl"))
     assert proc.returncode == 0, proc.stderr.decode()
-    review = Review(ReviewSettings(output=out, key_file=tmp_path / "k.key", source=None, tracks=work["log"], scan=False),
-                    tmp_path, echo=lambda line: None)
+    # another run's log (the same covers: runs are deterministic) is refused: it is not this output's
+    with pytest.raises(StreamdeidError, match="from another run"):
+        Review(ReviewSettings(output=out, key_file=tmp_path / "k.key", source=None, tracks=work["log"], scan=False),
+               tmp_path, echo=lambda line: None).prepare()
+    review = Review(ReviewSettings(output=out, key_file=tmp_path / "k.key", source=None, tracks=tmp_path / "k.jsonl",
+                                   scan=False), tmp_path, echo=lambda line: None)
     review.prepare()
     st = review.state()
     assert not st["video"]["preview"]  # H.264 4:2:0 MP4: the browser plays the output itself
@@ -362,6 +368,15 @@ def test_tracks_without_an_audit_log(work, tmp_path) -> None:
     # the de-anonymized copy recovered for the thumbnails is gone once they are taken
     assert review.originals is not None and review.originals.parent == tmp_path
     assert not review.originals.exists()
+    # an earlier run's log left beside the output (a rerun without --export-tracks) is not taken for its tracks
+    (tmp_path / "keyed.mp4.tracks.jsonl").write_bytes(work["log"].read_bytes())
+    config = PipelineConfig()
+    config.detect.score_threshold = float(THRESHOLD)
+    said: list[str] = []
+    stale = Review(ReviewSettings(output=out, source=work["src"], config=config, scan=False), tmp_path, said.append)
+    stale.prepare()
+    assert stale.audit_log is None and any("from another run" in line for line in said), said
+    assert sorted(map(key, stale.tracks.covers)) == sorted(map(key, read_audit_log(tmp_path / "k.jsonl").covers))
 
 
 def test_a_killed_review_leaves_no_recovered_originals(work, tmp_path) -> None:
@@ -372,12 +387,12 @@ def test_a_killed_review_leaves_no_recovered_originals(work, tmp_path) -> None:
 
     out = tmp_path / "keyed.mp4"
     proc = run_cli("run", str(work["src"]), "-o", str(out), "--no-progress", "--threshold", THRESHOLD,
-                   "--key-file", str(tmp_path / "k.key"), "--new-key")
+                   "--key-file", str(tmp_path / "k.key"), "--new-key", "--export-tracks", str(tmp_path / "k.jsonl"))
     assert proc.returncode == 0, proc.stderr.decode()
     for sig in (signal.SIGTERM, signal.SIGHUP):
         tmp = tmp_path / f"tmp{int(sig)}"
         tmp.mkdir()
-        review = ReviewProcess(str(out), "--key-file", str(tmp_path / "k.key"), "--tracks", str(work["log"]),
+        review = ReviewProcess(str(out), "--key-file", str(tmp_path / "k.key"), "--tracks", str(tmp_path / "k.jsonl"),
                                "--no-scan", env={"TMPDIR": str(tmp)})
         assert len(list(tmp.glob(f"{WORKDIR_PREFIX}*"))) == 1  # serving
         review.proc.send_signal(sig)

@@ -146,12 +146,11 @@ class Review:
         audit = s.tracks if s.tracks is not None else find_audit_log(self.output)
         if s.tracks is not None and not s.tracks.is_file():
             raise StreamdeidError(f"{s.tracks}: no such audit log")
-        if audit is not None:
+        if audit is not None and self._of_this_run(audit):
             self.audit_log = audit
-            self.tracks = read_audit_log(audit)
             self.echo(f"streamdeid: tracks from the audit log {audit}")
         elif s.source is not None:
-            self.echo(f"streamdeid: no audit log beside {self.output.name}: tracking {s.source} again "
+            self.echo(f"streamdeid: no audit log of this run beside {self.output.name}: tracking {s.source} again "
                       "(detection + tracking, the run's options as given)")
             self.tracks = track_source(str(s.source), s.config)
             self.timings["tracking"] = self.tracks.seconds
@@ -162,6 +161,22 @@ class Review:
         if last >= self.facts.frames:
             raise StreamdeidError(f"the tracks reach frame {last} but {self.output} has {self.facts.frames} frames: "
                                   "tracks of another video?")
+
+    def _of_this_run(self, audit: Path) -> bool:
+        """Read ``audit`` into ``self.tracks`` when it is the log of the run that wrote the output (both carry
+        the run's video id; a log without one is taken as it is). A log an earlier run of the same output left
+        beside it is not: an error when it was given (--tracks) or nothing else can give the tracks."""
+        tracks = read_audit_log(audit)
+        made = self.facts.video_id
+        if tracks.video_id is None or made is None or tracks.video_id == made:
+            self.tracks = tracks
+            return True
+        what = (f"the audit log {audit} is from another run of {self.output.name} than the one that wrote it "
+                "(rerun with --export-tracks for its own)")
+        if self.settings.tracks is not None or self.settings.source is None:
+            raise StreamdeidError(what)
+        self.echo(f"streamdeid: {what}; not used")
+        return False
 
     def _read_vault(self) -> None:
         from ..vault.naming import vault_path_for

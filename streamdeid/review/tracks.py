@@ -50,6 +50,7 @@ class Tracks:
     origin: str  # "audit log PATH" | "tracking pass on SOURCE"
     decisions: dict[int, dict] = field(default_factory=dict)  # --keep/--only, from the audit log
     seconds: float = 0.0  # the tracking pass's time (0 for an audit log)
+    video_id: str | None = None  # hex, from the audit log's first line (logs before it have none)
 
     def by_frame(self) -> dict[int, list[Cover]]:
         out: dict[int, list[Cover]] = {}
@@ -75,6 +76,7 @@ def find_audit_log(output: Path) -> Path | None:
 def read_audit_log(path: Path) -> Tracks:
     covers: list[Cover] = []
     decisions: dict[int, dict] = {}
+    video_id = None
     try:
         with open(path, encoding="utf-8") as fh:
             for n, line in enumerate(fh, 1):
@@ -82,6 +84,9 @@ def read_audit_log(path: Path) -> Tracks:
                     continue
                 try:
                     rec = json.loads(line)
+                    if "video_id" in rec and "frame" not in rec:
+                        video_id = str(rec["video_id"])
+                        continue
                     if "decision" in rec:
                         decisions[int(rec["track"])] = rec["decision"]
                         continue
@@ -95,7 +100,7 @@ def read_audit_log(path: Path) -> Tracks:
                                           f"({type(exc).__name__}: {exc})") from None
     except OSError as exc:
         raise StreamdeidError(f"cannot read {path}: {exc.strerror or exc}") from None
-    return Tracks(covers, f"audit log {path}", decisions)
+    return Tracks(covers, f"audit log {path}", decisions, video_id=video_id)
 
 
 def track_source(source: str, config: PipelineConfig, progress: Callable[[int], None] | None = None) -> Tracks:

@@ -22,6 +22,7 @@ import av
 import numpy as np
 
 from ..types import StreamdeidError
+from ..vault.naming import read_video_id_tag
 from ..video.inputs import AV_ERRORS, error_reason
 
 log = logging.getLogger(__name__)
@@ -47,6 +48,7 @@ class VideoFacts:
     times: list[float]
     time_base: Fraction
     pts: list[int]
+    video_id: str | None = None  # hex, the run's (its output's metadata, vault/naming.py); None: not a run's
 
     @property
     def frames(self) -> int:
@@ -81,7 +83,8 @@ def read_facts(path: Path) -> VideoFacts:
             rate = s.average_rate or Fraction(25)
             return VideoFacts(path=path, width=int(cc.width), height=int(cc.height), codec=cc.name,
                               pix_fmt=str(cc.pix_fmt or ""), container=c.format.name, fps=float(rate),
-                              times=times, time_base=time_base, pts=pts)
+                              times=times, time_base=time_base, pts=pts,
+                              video_id=read_video_id_tag(dict(c.metadata)))
     except StreamdeidError:
         raise
     except AV_ERRORS as exc:

@@ -20,11 +20,12 @@ class RunResult:
     segment_vaults: list[Path] = field(default_factory=list)  # a live recording: one vault per segment
 
 
-def track_observers(config: PipelineConfig, summary: RunSummary | None = None):
-    """The audit log (with ``summary``: its per-track --keep/--only decisions are written at close)."""
+def track_observers(config: PipelineConfig, summary: RunSummary | None = None, video_id: bytes | None = None):
+    """The audit log (with ``summary``: its per-track --keep/--only decisions are written at close; with
+    ``video_id``, the run's, its first line names it)."""
     observers, closers = [], []
     if config.export_tracks:
-        exporter = TrackExporter(config.export_tracks, summary)
+        exporter = TrackExporter(config.export_tracks, summary, video_id)
         observers.append(exporter)
         closers.append(exporter.close)
     return observers, closers

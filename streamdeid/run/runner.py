@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from pathlib import Path
 
-from ..files import refuse_same_file
+from ..files import refuse_clobbering, refuse_same_file
 from ..keys import RunKeys, run_keys
 from ..pipeline import build_renderer
 from ..render import FrameRenderer
@@ -24,6 +25,7 @@ from ..summary import RunSummary
 from ..types import StreamdeidError
 from ..vault import vault_path_for
 from ..video.images import is_image, list_media
+from ..video.inputs import STREAM_SCHEMES
 from ..video.stream_writer import is_stream_output
 from .models import Models
 from .options import RunOptions
@@ -36,6 +38,8 @@ log = logging.getLogger(__name__)
 def default_output(src: str) -> Path:
     """``clip.mp4`` -> ``clip_anonymized.mp4``; ``photos/`` -> ``photos_anonymized/``."""
     p = Path(src)
+    if not p.name:  # "." or "..": name the output after the folder itself
+        p = p.resolve()
     if p.is_dir():
         return p.with_name(p.name.rstrip("/") + "_anonymized")
     return p.with_name(f"{p.stem}_anonymized{p.suffix}")
@@ -91,6 +95,7 @@ class Runner:
         if o.is_live(src):
             if o.skip_existing:
                 raise StreamdeidError("--skip-existing resumes a folder run, not a live feed")
+            self.refuse_clobbering()
             return self._live(src, dst)
         if o.skip_existing and (src == "-" or not Path(src).is_dir()):
             raise StreamdeidError("--skip-existing resumes a folder run; INPUT is not a folder")
@@ -98,16 +103,34 @@ class Runner:
             if dst is None:
                 raise StreamdeidError("reading from stdin (-) needs an output path: -o OUTPUT")
         elif not Path(src).exists():
+            if "://" in src:  # http:// and the like: FFmpeg could read some, but not as a feed we handle
+                scheme = src.split("://", 1)[0]
+                raise StreamdeidError(f"{scheme}:// is not an input streamdeid reads (live feeds: "
+                                      f"{', '.join(STREAM_SCHEMES)}; download a file first)")
             raise StreamdeidError(f"{src}: no such file or folder")
         if dst is not None and is_stream_output(str(dst)):
+            self.refuse_clobbering()
             return self._video(src, str(dst))
         out = Path(dst) if dst is not None else default_output(src)
+        if dst is not None and src != "-" and not Path(src).is_dir() and _names_a_folder(str(dst)):
+            out = out / default_output(src).name  # -o FOLDER/ for one file: the default name in that folder
         refuse_same_file(src, out)
+        single = src == "-" or not Path(src).is_dir()
+        self.refuse_clobbering(out if single else None, self.vault_for(src, out) if single else None)
         if src != "-" and Path(src).is_dir():
             return self._folder(Path(src), out)
         if src != "-" and is_image(src):
             return self._still(Path(src), out)
         return self._video(src, out)
+
+    def refuse_clobbering(self, out: Path | str | None = None, vault: Path | None = None,
+                          report: str | Path | None = None) -> None:
+        """Before anything is written: the run's outputs (``out``, its ``vault``, the audit log, a --report)
+        are not its key file or edits file, nor one another, nor existing files without --overwrite."""
+        o = self.options
+        refuse_clobbering([("key file", o.key_file), ("edits file", o.edits)],
+                          [("output", out), ("vault", vault), ("audit log", self.config.export_tracks),
+                           ("report", report)], self.config.output.overwrite, rewritten=("report",))
 
     def file(self, src: Path, dst: Path) -> tuple[FileOutcome, RunSummary | None]:
         """One file of a folder or a batch, never raising for a bad file: its outcome, and its summary when it
@@ -183,7 +206,12 @@ class Runner:
         files = list_media(src)
         if not files:
             raise StreamdeidError(f"{src}: no images or videos in this folder")
-        out.mkdir(parents=True, exist_ok=True)
+        if out.exists() and not out.is_dir():
+            raise StreamdeidError(f"{out} is a file: the output of a folder is a folder (give another -o)")
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StreamdeidError(f"cannot create the output folder {out}: {exc.strerror or exc}") from None
         total = RunSummary()
         outcomes: list[FileOutcome] = []
         for f in files:
@@ -209,6 +237,11 @@ class Runner:
         output = dataclasses.replace(self.config.output, overwrite=True)
         options = dataclasses.replace(self.options, config=dataclasses.replace(self.config, output=output))
         return self.with_options(options)
+
+
+def _names_a_folder(dst: str) -> bool:
+    """-o given as a folder: an existing one, or a path ending with a separator."""
+    return dst.endswith(("/", os.sep)) or Path(dst).is_dir()
 
 
 def _refuse_edits(src: str, options: RunOptions) -> None:

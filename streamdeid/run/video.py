@@ -50,7 +50,7 @@ def run_video(src: str, out: Path | str, config: PipelineConfig, renderer: Frame
         vault_writer = None
         try:
             summary = RunSummary()
-            observers, closers = track_observers(config, summary)
+            observers, closers = track_observers(config, summary, keys.video_id)
             if vault_path is not None:
                 vault_writer = open_vault_writer(vault_path, keys, source=src, output=out,
                                                  store_crops=store_crops, overwrite=config.output.overwrite,
