@@ -212,7 +212,10 @@ def _echo_folder(files) -> None:
     click.echo(f"streamdeid: {summary_line(files)}", err=True)
     for f in files:
         if f.status == FAILED:
-            click.echo(f"streamdeid: failed: {redact(f'{f.input}: {f.error}')}", err=True)
+            reason = str(f.error)
+            if reason.startswith(f"{f.input}: "):  # most errors name the file already
+                reason = reason[len(f.input) + 2:]
+            click.echo(f"streamdeid: failed: {redact(f'{f.input}: {reason}')}", err=True)
 
 
 def _run_live(source: str, output: str | None, opts) -> None:
@@ -327,6 +330,9 @@ def inspect(vault: str) -> None:
     with VaultReader(vault) as reader:
         info = reader.inspect()
     click.echo(json.dumps(info, indent=2, default=str))
+    # the records are encrypted and authenticated with keys inspect does not have: say what was not checked
+    click.echo("streamdeid: the layout was read without a key; the records' authenticity is checked by "
+               "`streamdeid recover` with the key", err=True)
 
 
 main.add_command(batch_command(run))  # built on run's options, so after run

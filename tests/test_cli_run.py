@@ -117,6 +117,23 @@ def test_never_writes_over_the_key_file_or_another_output(tmp_path: Path, media:
     assert key.read_bytes() == secret
 
 
+def test_a_keyless_overwrite_removes_the_replaced_outputs_vault(tmp_path: Path, media: Path) -> None:
+    """The vault beside an output belongs to that output: when a run without a key file replaces the output, the
+    old vault (which no longer matches anything) goes too; a run that fails leaves both as they were."""
+    src = make_video(tmp_path / "in.mp4", face_frames(media, 3))
+    key, out = tmp_path / "k.key", tmp_path / "out.mp4"
+    assert run_cli("keygen", str(key)).returncode == 0
+    assert run_cli("run", str(src), "-o", str(out), "--no-progress", "--key-file", str(key)).returncode == 0
+    vault = tmp_path / "out.mp4.sdv"
+    before = out.read_bytes(), vault.read_bytes()
+    (tmp_path / "bad.mp4").write_bytes(b"not a video")
+    assert run_cli("run", str(tmp_path / "bad.mp4"), "-o", str(out), "--no-progress", "--overwrite").returncode == 1
+    assert (out.read_bytes(), vault.read_bytes()) == before
+    proc = run_cli("run", str(src), "-o", str(out), "--no-progress", "--overwrite")
+    assert proc.returncode == 0 and "removed" in _err_line(proc) and not vault.exists(), _err_line(proc)
+    assert out.read_bytes() != before[0]
+
+
 @pytest.mark.parametrize("content", [None, b"", b"this is not a video\n" * 50])
 def test_bad_input_one_line_error(tmp_path: Path, content: bytes | None) -> None:
     src = tmp_path / "clip.mp4"

@@ -40,6 +40,7 @@ def run_video(src: str, out: Path | str, config: PipelineConfig, renderer: Frame
     ``edits``: a reviewer's corrections (--edits), its removals decided by ``track_pass``."""
     if vault_path is not None and vault_path.exists() and not config.output.overwrite:
         raise StreamdeidError(f"{vault_path} exists; pass --overwrite to replace it")
+    replacing = isinstance(out, Path) and out.is_file()  # with --overwrite (the writer refuses it otherwise)
     reversible = reversible_method(renderer.anonymizer)
     if vault_path is not None and not store_crops and reversible is None:
         raise StreamdeidError(f"--no-crops stores no face pixels, so only a reversible anonymizer (dbaf) can be "
@@ -74,7 +75,19 @@ def run_video(src: str, out: Path | str, config: PipelineConfig, renderer: Frame
             if not summary.interrupted:
                 writer.close(success=ok)
             vault_path = _finish_vault(vault_writer, vault_path, ok, summary.interrupted, out)
+    if ok and replacing and vault_path is None and not summary.interrupted:
+        _drop_replaced_vault(out)
     return RunResult(out, summary, vault_path)
+
+
+def _drop_replaced_vault(out: Path) -> None:
+    """A run that writes no vault replaced ``out`` (--overwrite): a vault beside it is the replaced output's,
+    which no longer exists, and would only make ``recover`` fail on the new one. Removed once the new output is
+    in place (a failed run leaves the old output and its vault as they were)."""
+    stale = vault_path_for(out)
+    if stale.is_file():
+        stale.unlink()
+        log.warning("removed %s: the vault of the output this run replaced (this output has none)", stale)
 
 
 def _open_writer(out: Path | str, source, config: PipelineConfig, keys: RunKeys) -> VideoWriter:
