@@ -134,6 +134,30 @@ def test_a_keyless_overwrite_removes_the_replaced_outputs_vault(tmp_path: Path, 
     assert out.read_bytes() != before[0]
 
 
+def test_what_a_run_that_did_not_finish_left_is_kept_until_asked(tmp_path: Path, media: Path) -> None:
+    """A run killed outright leaves out.partial.mp4 beside a vault still named out.mp4.sdv (Ctrl-C: renamed
+    out.partial.mp4.sdv). A rerun says so instead of writing over them; recover finds that vault for the partial
+    output; --overwrite replaces them."""
+    src = make_video(tmp_path / "in.mp4", face_frames(media, 3))
+    key, out = tmp_path / "k.key", tmp_path / "out.mp4"
+    assert run_cli("keygen", str(key)).returncode == 0
+    assert run_cli("run", str(src), "-o", str(out), "--no-progress", "--key-file", str(key)).returncode == 0
+    partial = tmp_path / "out.partial.mp4"
+    out.rename(partial)  # as a run killed at its last frame leaves them
+    proc = run_cli("run", str(src), "-o", str(out), "--no-progress", "--key-file", str(key))
+    assert proc.returncode == 1 and "did not finish" in _err_line(proc) and "--overwrite" in _err_line(proc)
+    assert partial.exists() and (tmp_path / "out.mp4.sdv").exists() and not out.exists()
+    proc = run_cli("recover", str(partial), "--key-file", str(key), "-o", str(tmp_path / "rec.mp4"))
+    assert proc.returncode == 0, _err_line(proc)
+    assert len(decode(tmp_path / "rec.mp4")) == 3
+    (tmp_path / "out.mp4.sdv").rename(tmp_path / "out.partial.mp4.sdv")  # as after Ctrl-C
+    proc = run_cli("run", str(src), "-o", str(out), "--no-progress", "--key-file", str(key))
+    assert proc.returncode == 1 and "out.partial.mp4.sdv" in _err_line(proc), _err_line(proc)
+    proc = run_cli("run", str(src), "-o", str(out), "--no-progress", "--key-file", str(key), "--overwrite")
+    assert proc.returncode == 0 and "removed" in _err_line(proc), _err_line(proc)
+    assert sorted(p.name for p in tmp_path.glob("out*")) == ["out.mp4", "out.mp4.sdv"]
+
+
 @pytest.mark.parametrize("content", [None, b"", b"this is not a video\n" * 50])
 def test_bad_input_one_line_error(tmp_path: Path, content: bytes | None) -> None:
     src = tmp_path / "clip.mp4"

@@ -66,7 +66,7 @@ def recover(anonymized: str, dst: str | Path, *, key_file: str, vault: str | Pat
     if not src.exists():
         raise StreamdeidError(f"{anonymized}: no such file")
     refuse_same_file(src, Path(dst))
-    vault_path = Path(vault) if vault is not None else vault_path_for(src)
+    vault_path = Path(vault) if vault is not None else _default_vault(src)
     # --overwrite replaces an earlier recovery, never what this one reads
     refuse_clobbering([("key file", key_file), ("vault", vault_path)], [("output", dst)], overwrite=True)
     if not vault_path.exists():
@@ -215,3 +215,14 @@ class _ModelRestore:
                 if wf is not None:
                     blend_into(image, wf, color_match=True)
                     self.restored += 1
+
+
+def _default_vault(src: Path) -> Path:
+    """The vault beside ``src``. A run killed outright leaves ``out.partial.mp4`` with its vault still named
+    for the output it never finished (``out.mp4.sdv``; Ctrl-C renames it ``out.partial.mp4.sdv``): found too."""
+    own = vault_path_for(src)
+    if own.exists() or not src.stem.endswith(".partial"):
+        return own
+    finished = vault_path_for(src.with_name(src.stem[: -len(".partial")] + src.suffix))
+    return finished if finished.exists() else own
+

@@ -26,6 +26,7 @@ from ..types import StreamdeidError
 from ..vault import vault_path_for
 from ..video.images import is_image, list_media
 from ..video.inputs import STREAM_SCHEMES
+from ..video.partial import partial_path_for
 from ..video.stream_writer import is_stream_output
 from .models import Models
 from .options import RunOptions
@@ -116,6 +117,8 @@ class Runner:
             out = out / default_output(src).name  # -o FOLDER/ for one file: the default name in that folder
         refuse_same_file(src, out)
         single = src == "-" or not Path(src).is_dir()
+        if single:
+            _refuse_a_killed_runs_vault(out, self.vault_for(src, out), self.config.output.overwrite)
         self.refuse_clobbering(out if single else None, self.vault_for(src, out) if single else None)
         if src != "-" and Path(src).is_dir():
             return self._folder(Path(src), out)
@@ -237,6 +240,20 @@ class Runner:
         output = dataclasses.replace(self.config.output, overwrite=True)
         options = dataclasses.replace(self.options, config=dataclasses.replace(self.config, output=output))
         return self.with_options(options)
+
+
+def _refuse_a_killed_runs_vault(out: Path, vault: Path | None, overwrite: bool) -> None:
+    """A run that did not finish left ``out.partial.mp4`` and a vault: named for ``out`` when it was killed
+    outright, ``out.partial.mp4.sdv`` after Ctrl-C. Its faces can still be recovered from them, so this run
+    does not write over them without --overwrite, and says so."""
+    partial = partial_path_for(out)
+    if vault is None or overwrite or out.exists() or not partial.exists():
+        return
+    vault = next((v for v in (vault, vault_path_for(partial)) if v.exists()), None)
+    if vault is None:
+        return
+    raise StreamdeidError(f"{vault} and {partial} are left by a run that did not finish: pass --overwrite to "
+                          f"replace them, or recover what it wrote (`streamdeid recover {partial} --key-file KEY --partial -o OUT`)")
 
 
 def _names_a_folder(dst: str) -> bool:

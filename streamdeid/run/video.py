@@ -48,6 +48,9 @@ def run_video(src: str, out: Path | str, config: PipelineConfig, renderer: Frame
     # a vault of face pixels stores the decoder's own planes (video/planes.py)
     with open_source(src, keep_planes=vault_path is not None and store_crops) as source:
         writer = _open_writer(out, source, config, keys)
+        if isinstance(out, Path):
+            _drop_stale_vault(vault_path_for(writer.partial_path), "an interrupted run's partial output, "
+                              "which this run writes over")
         vault_writer = None
         try:
             summary = RunSummary()
@@ -84,10 +87,13 @@ def _drop_replaced_vault(out: Path) -> None:
     """A run that writes no vault replaced ``out`` (--overwrite): a vault beside it is the replaced output's,
     which no longer exists, and would only make ``recover`` fail on the new one. Removed once the new output is
     in place (a failed run leaves the old output and its vault as they were)."""
-    stale = vault_path_for(out)
+    _drop_stale_vault(vault_path_for(out), "the output this run replaced (this output has none)")
+
+
+def _drop_stale_vault(stale: Path, whose: str) -> None:
     if stale.is_file():
         stale.unlink()
-        log.warning("removed %s: the vault of the output this run replaced (this output has none)", stale)
+        log.warning("removed %s: the vault of %s", stale, whose)
 
 
 def _open_writer(out: Path | str, source, config: PipelineConfig, keys: RunKeys) -> VideoWriter:
