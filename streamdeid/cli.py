@@ -279,6 +279,8 @@ def recover(anonymized: str, output: str, key_file: str, vault: str | None, trac
     for note in res.notes:
         click.echo(f"streamdeid: warning: {note}", err=True)
     extra = f", {res.faces_skipped} solid-filled faces left as they are" if res.faces_skipped else ""
+    if res.faces_within_others:  # so the count adds up to the run's faces
+        extra += f"; {res.faces_within_others} more lay wholly under another face's cover, restored with it"
     click.echo(f"streamdeid: {res.frames} frames, {res.faces_restored} faces restored ({res.mode} mode){extra}"
                f" -> {res.output}", err=True)
     if res.damage:

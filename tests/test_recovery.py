@@ -7,6 +7,7 @@ short shared clip; the anonymization runs are module-scoped and reused.
 from __future__ import annotations
 
 import json
+import re
 import math
 import random
 import stat
@@ -176,6 +177,11 @@ def test_keygen_mode_no_overwrite_no_key_printed(tmp_path):
 
 
 def test_lossless_round_trip_bit_identical(lossless, recovered_lossless, source_frames):
+    # the summary accounts for every face record: restored, or lying wholly under another face's cover
+    line = recovered_lossless["proc"].stderr.splitlines()[-1]
+    counts = re.search(r"(\d+) faces restored \(exact mode\)(?:; (\d+) more lay wholly under)?", line)
+    assert counts, line
+    assert int(counts[1]) + int(counts[2] or 0) == lossless["info"]["frame_records"], line
     rec, anon = recovered_lossless["frames"], lossless["anon"]
     assert len(rec) == len(anon) == len(source_frames)
     for i, (src, r) in enumerate(zip(source_frames, rec)):

@@ -34,6 +34,8 @@ class RecoverResult:
     mode: str = "exact"
     faces_skipped: int = 0  # model mode: faces that were not generated (solid fallback), left as they are
     notes: list[str] = field(default_factory=list)  # warnings for the user (model mismatch, ...)
+    # exact mode: faces whose every changed pixel another face's cover owns (render.py), restored with it
+    faces_within_others: int = 0
 
 
 #: What ``recover --mode model`` says about keys, always.
@@ -102,7 +104,8 @@ def recover(anonymized: str, dst: str | Path, *, key_file: str, vault: str | Pat
             ok = True
         finally:
             writer.close(success=ok)
-    return RecoverResult(Path(dst), frames, apply.restored, damage, mode, apply.skipped, notes)
+    return RecoverResult(Path(dst), frames, apply.restored, damage, mode, apply.skipped, notes,
+                         getattr(apply, "within_others", 0))
 
 
 def _restore_frames(source, groups, apply, writer: VideoWriter, progress: bool) -> int:
@@ -130,9 +133,14 @@ class _ExactRestore:
     def __init__(self) -> None:
         self.restored = 0
         self.skipped = 0
+        self.within_others = 0  # records owning no pixel: their face lay under another face's cover
 
     def __call__(self, frame: Frame, records) -> None:
-        self.restored += sum(restore_frame(frame.image, rec) > 0 for rec in records)
+        for rec in records:
+            if restore_frame(frame.image, rec) > 0:
+                self.restored += 1
+            else:
+                self.within_others += 1
 
 
 class _ModelRestore:
