@@ -112,19 +112,28 @@ class Runner:
         if dst is not None and is_stream_output(str(dst)):
             self.refuse_clobbering()
             return self._video(src, str(dst))
-        out = Path(dst) if dst is not None else default_output(src)
-        if dst is not None and src != "-" and not Path(src).is_dir() and _names_a_folder(str(dst)):
-            out = out / default_output(src).name  # -o FOLDER/ for one file: the default name in that folder
-        refuse_same_file(src, out)
-        single = src == "-" or not Path(src).is_dir()
-        if single:
-            _refuse_a_killed_runs_vault(out, self.vault_for(src, out), self.config.output.overwrite)
-        self.refuse_clobbering(out if single else None, self.vault_for(src, out) if single else None)
+        out = self._output_for(src, dst)
         if src != "-" and Path(src).is_dir():
             return self._folder(Path(src), out)
         if src != "-" and is_image(src):
             return self._still(Path(src), out)
         return self._video(src, out)
+
+    def _output_for(self, src: str, dst: str | Path | None) -> Path:
+        """The output path of a file, stdin or folder ``src`` (``dst``: -o, None for the default), checked
+        before anything is written: see ``refuse_clobbering``, and what a run that did not finish left."""
+        out = Path(dst) if dst is not None else default_output(src)
+        single = src == "-" or not Path(src).is_dir()
+        if dst is not None and src != "-" and single and _names_a_folder(str(dst)):
+            out = out / default_output(src).name  # -o FOLDER/ for one file: the default name in that folder
+        refuse_same_file(src, out)
+        if not single:
+            self.refuse_clobbering()
+            return out
+        vault = self.vault_for(src, out)
+        _refuse_a_killed_runs_vault(out, vault, self.config.output.overwrite)
+        self.refuse_clobbering(out, vault)
+        return out
 
     def refuse_clobbering(self, out: Path | str | None = None, vault: Path | None = None,
                           report: str | Path | None = None) -> None:
