@@ -52,6 +52,12 @@ class _Group(click.Group):
             ctx.exit(EXIT_INTERRUPTED)
         except (click.exceptions.Exit, click.ClickException, SystemExit):
             raise
+        except OSError as exc:  # the filesystem said no (read-only, full, a name too long): not a bug of ours
+            if logging.getLogger().isEnabledFor(logging.INFO):
+                logging.getLogger("streamdeid").exception("file system error")
+            where = f": {redact(str(exc.filename))}" if exc.filename else ""
+            click.echo(f"streamdeid: error: {exc.strerror or type(exc).__name__}{where}", err=True)
+            ctx.exit(EXIT_ERROR)
         except Exception as exc:  # a bug of ours: still one line (the traceback with -v)
             if logging.getLogger().isEnabledFor(logging.INFO):
                 logging.getLogger("streamdeid").exception("internal error")
@@ -172,13 +178,12 @@ def _anonymize_reporting(input: str, output: str | None, opts, report: str | Non
     from .run import Runner, default_output, file_outcome
     from .run.outcome import failed_outcome, write_report
 
-    runner = Runner(opts)
-    if report is not None:  # checked before the run: a failed run writes its report too
-        runner.refuse_clobbering(report=report)
+    from .files import ClobberError
+
     try:
-        result = anonymize(input, output, runner=runner)
+        result = anonymize(input, output, runner=Runner(opts))
     except StreamdeidError as exc:
-        if report is not None:
+        if report is not None and not isinstance(exc, ClobberError):  # (the report may be what it refused)
             dst = output if output is not None else default_output(input) if input != "-" else ""
             write_report(report, [failed_outcome(input, dst, str(exc))])
         raise
@@ -188,12 +193,15 @@ def _anonymize_reporting(input: str, output: str | None, opts, report: str | Non
 
 
 def _echo_vault(result, key_file: str | None, how: str) -> None:
+    from shlex import quote  # names with spaces: the command is meant to be pasted
+
     if result.vault is not None:
         click.echo(f"streamdeid: recovery vault {result.vault} (recover with `streamdeid recover"
-                   f" {result.output} --key-file {key_file}{how} -o OUT`)", err=True)
+                   f" {quote(str(result.output))} --key-file {quote(str(key_file))}{how} -o OUT`)", err=True)
     elif any(f.vault for f in result.files):
         click.echo(f"streamdeid: a recovery vault beside each video in {result.output} (VIDEO.sdv; recover with"
-                   f" `streamdeid recover {result.output}/VIDEO --key-file {key_file}{how} -o OUT`)", err=True)
+                   f" `streamdeid recover {quote(str(result.output))}/VIDEO --key-file {quote(str(key_file))}{how}"
+                   " -o OUT`)", err=True)
     elif not result.files or any(f.status == "ok" for f in result.files):
         why = ""
         if key_file is not None:  # say why the key file did not give one
@@ -245,7 +253,7 @@ def _run_live(source: str, output: str | None, opts) -> None:
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Where to write the recovered video.")
 @click.option("--key-file", required=True, type=click.Path(dir_okay=False), help="Master key, or a track key from `export-key`.")
 @click.option("--vault", type=click.Path(dir_okay=False), help="Recovery vault. Default: ANON.sdv.")
-@click.option("--track", "tracks", type=int, multiple=True, help="Restore only this track (repeatable); others stay anonymized.")
+@click.option("--track", "tracks", type=click.IntRange(0, 2**32 - 1), multiple=True, help="Restore only this track (repeatable); others stay anonymized.")
 @click.option("--partial", is_flag=True, help="With a truncated vault, write what can be recovered and report the loss.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
 @click.option("--codec", default="libx264", show_default=True, help="Video encoder (ffv1 keeps restored faces bit-exact).")
@@ -300,7 +308,7 @@ def keygen(key_file: str) -> None:
 @main.command("export-key")
 @click.option("--key-file", required=True, type=click.Path(dir_okay=False), help="Master key.")
 @click.option("--vault", required=True, type=click.Path(dir_okay=False), help="Vault of the video.")
-@click.option("--track", required=True, type=int, help="Track (person) to disclose.")
+@click.option("--track", required=True, type=click.IntRange(0, 2**32 - 1), help="Track (person) to disclose.")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Track key file to write.")
 def export_key(key_file: str, vault: str, track: int, output: str) -> None:
     """Write a key that opens only one track of one video (selective disclosure)."""

@@ -42,6 +42,10 @@ def refuse_same_file(src: str | Path, out: Path) -> None:
         raise StreamdeidError(f"the output {out} is the input itself; choose another -o (the source would be lost)")
 
 
+class ClobberError(StreamdeidError):
+    """A run would write over a file it reads or another of its outputs (refuse_clobbering)."""
+
+
 def refuse_clobbering(reads: list[tuple[str, str | Path | None]], writes: list[tuple[str, str | Path | None]],
                       overwrite: bool, rewritten: tuple[str, ...] = ()) -> None:
     """Before a run writes anything. ``reads``, ``writes``: (what, path) pairs (None or ``-``: none), the
@@ -56,7 +60,7 @@ def refuse_clobbering(reads: list[tuple[str, str | Path | None]], writes: list[t
         path = Path(w)
         where = os.path.abspath(path)
         if where in seen:
-            raise StreamdeidError(f"{path} is given as both the {seen[where]} and the {what}; choose another path")
+            raise ClobberError(f"{path} is given as both the {seen[where]} and the {what}; choose another path")
         seen[where] = what
         if not path.exists():
             continue
@@ -65,11 +69,14 @@ def refuse_clobbering(reads: list[tuple[str, str | Path | None]], writes: list[t
                 continue
             try:
                 same = os.path.samefile(r, path)
+                inside = not same and Path(r).is_dir() and os.path.samefile(Path(r), path.parent)
             except OSError:
                 continue
             if same:
-                raise StreamdeidError(f"the {what} {path} is the {read_what} itself; choose another path "
-                                      f"(the {read_what} would be lost)")
+                raise ClobberError(f"the {what} {path} is the {read_what} itself; choose another path "
+                                   f"(the {read_what} would be lost)")
+            if inside:  # a folder of inputs or reference photos: the file is one of them
+                raise ClobberError(f"the {what} {path} is a file of the {read_what} folder {r}; choose another path")
         if not overwrite and what not in rewritten and not path.is_dir():
-            raise StreamdeidError(f"{what} exists: {path} (pass --overwrite to replace it)")
+            raise ClobberError(f"{what} exists: {path} (pass --overwrite to replace it)")
 

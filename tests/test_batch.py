@@ -55,8 +55,12 @@ def test_manifests_and_folders(tmp_path: Path, media: Path) -> None:
                           tmp_path / "out", params)
     assert [t.key for t in tasks] == ["c/z.mp4", "deep/x.mp4", CLIPS[1], "y.jpg"]
     assert tasks[0].options == {"method": "solid", "detect_every": 3, "crf": 20}
-    with pytest.raises(Exception, match="two inputs"):
+    with pytest.raises(Exception, match="y.jpg is listed twice"):
         collect_tasks([str(tmp_path / "a"), str(tmp_path / "a")], tmp_path / "out")
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "y.jpg").write_bytes((tmp_path / "a" / "y.jpg").read_bytes())
+    with pytest.raises(Exception, match="two inputs would write"):
+        collect_tasks([str(tmp_path / "a" / "y.jpg"), str(tmp_path / "b" / "y.jpg")], tmp_path / "out")
     (tmp_path / "bad.csv").write_text(f"input,colour\n{media / CLIPS[0]},red\n")
     with pytest.raises(Exception, match="unknown column"):
         collect_tasks([str(tmp_path / "bad.csv")], tmp_path / "out", params)
@@ -196,3 +200,28 @@ def test_manifest_outputs_outside_the_output_folder_are_refused_row_by_row(tmp_p
     report = json.loads((out / "streamdeid-batch.json").read_text())["files"]
     refused = [f for f in report if f["status"] == "failed"]
     assert len(refused) == 3 and all(f["error"].startswith("refused: output ") for f in refused), report
+
+
+def test_the_batch_report_never_replaces_the_key_or_an_input(tmp_path: Path, media: Path) -> None:
+    """A batch rewrites its report on every run, but never over its key file or one of its inputs; a CSV
+    manifest saved with a byte-order mark (a spreadsheet's "CSV UTF-8") reads as any other."""
+    photo = tmp_path / "a.jpg"
+    photo.write_bytes((media / "obama.jpg").read_bytes())
+    key = tmp_path / "k.key"
+    assert run_cli("keygen", str(key)).returncode == 0
+    secret = key.read_bytes()
+    for target in (key, photo):
+        proc = run_cli("batch", str(photo), "-o", str(tmp_path / "out"), "--key-file", str(key), "--report",
+                       str(target), "--no-progress")
+        assert proc.returncode == 1 and b"itself" in proc.stderr, proc.stderr
+    assert key.read_bytes() == secret and photo.read_bytes() == (media / "obama.jpg").read_bytes()
+    (tmp_path / "m.csv").write_bytes(b"\xef\xbb\xbfinput,anonymizer\na.jpg,mosaic\n")
+    tasks = collect_tasks([str(tmp_path / "m.csv")], tmp_path / "out", batch_params())
+    assert [(t.key, t.options) for t in tasks] == [("a.jpg", {"method": "mosaic"})]
+
+
+def batch_params():
+    from streamdeid.batch.cli import batch_command
+    from streamdeid.cli import run
+
+    return batch_command(run).params

@@ -103,6 +103,21 @@ def test_never_writes_over_the_key_file_or_another_output(tmp_path: Path, media:
         assert key.read_bytes() == secret
     proc = run_cli(*base, "-o", str(out), "--export-tracks", str(out))
     assert proc.returncode == 1 and "both the output and the audit log" in _err_line(proc), _err_line(proc)
+    photo = tmp_path / "ref.jpg"
+    photo.write_bytes((media / "obama.jpg").read_bytes())
+    source = src.read_bytes()
+    for args, message in [
+        (("--report", str(src)), "the report"), (("--export-tracks", str(src), "--overwrite"), "the audit log"),
+        (("--keep", str(photo), "--report", str(photo)), "the report"),
+        (("--report", str(out) + ".sdv"), "both the vault and the report"),
+    ]:
+        proc = run_cli(*base, "-o", str(out), *args)
+        assert proc.returncode == 1 and message in _err_line(proc), (args, _err_line(proc))
+    assert src.read_bytes() == source and photo.read_bytes() == (media / "obama.jpg").read_bytes()
+    proc = run_cli("run", str(media / "obama.jpg"), "-o", str(photo), "--keep", str(photo), "--overwrite")
+    assert proc.returncode == 1 and "is the reference photo itself" in _err_line(proc), _err_line(proc)
+    proc = run_cli("run", str(tmp_path), "-o", str(tmp_path / "o"), "--export-tracks", str(tmp_path / "t.jsonl"))
+    assert proc.returncode == 1 and "a folder's files" in _err_line(proc), _err_line(proc)
     assert not out.exists()
     kept = tmp_path / "t.jsonl"  # an audit log is the output's: kept as the output is (a report is rewritten)
     kept.write_bytes(b"precious")
@@ -156,6 +171,17 @@ def test_what_a_run_that_did_not_finish_left_is_kept_until_asked(tmp_path: Path,
     proc = run_cli("run", str(src), "-o", str(out), "--no-progress", "--key-file", str(key), "--overwrite")
     assert proc.returncode == 0 and "removed" in _err_line(proc), _err_line(proc)
     assert sorted(p.name for p in tmp_path.glob("out*")) == ["out.mp4", "out.mp4.sdv"]
+
+
+def test_a_file_system_refusal_is_one_line(tmp_path: Path, media: Path) -> None:
+    """What the file system refuses (here a name too long for it) is a one-line error, not an internal one."""
+    src = make_video(tmp_path / ("x" * 240 + ".mp4"), face_frames(media, 2))
+    key = tmp_path / "k.key"
+    assert run_cli("keygen", str(key)).returncode == 0
+    proc = run_cli("run", str(src), "--no-progress", "--key-file", str(key))
+    err = _err_line(proc)
+    assert proc.returncode == 1 and err.startswith("streamdeid: error:") and "internal error" not in err, err
+    assert "name too long" in err.lower() and err.strip().count("\n") == 0, err
 
 
 @pytest.mark.parametrize("content", [None, b"", b"this is not a video\n" * 50])

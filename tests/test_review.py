@@ -360,6 +360,10 @@ def test_tracks_without_an_audit_log(work, tmp_path) -> None:
                tmp_path, echo=lambda line: None).prepare()
     review = Review(ReviewSettings(output=out, key_file=tmp_path / "k.key", source=None, tracks=tmp_path / "k.jsonl",
                                    scan=False), tmp_path, echo=lambda line: None)
+    # Save would write the edits file: never over the key file (or the output, the source, the log)
+    with pytest.raises(StreamdeidError, match="is the key file itself"):
+        Review(ReviewSettings(output=out, key_file=tmp_path / "k.key", tracks=tmp_path / "k.jsonl",
+                              edits=tmp_path / "k.key", scan=False), tmp_path, echo=lambda line: None).prepare()
     review.prepare()
     st = review.state()
     assert not st["video"]["preview"]  # H.264 4:2:0 MP4: the browser plays the output itself

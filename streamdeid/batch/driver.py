@@ -15,6 +15,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from ..files import refuse_clobbering
 from ..run.outcome import FAILED, OK, SKIPPED, summary_line, write_report
 from ..redact import redact
 from ..types import StreamdeidError
@@ -73,6 +74,9 @@ def run_batch(sources: list[str], out_dir: str | Path, opts: dict[str, Any], *, 
     # a bad option, a missing model or key fails here, before any worker starts (the key is created once, here)
     Runner(batch_options(opts))
     json_path, csv_path = report_paths(out, report, shard_index, shard_count)
+    # the reports are rewritten by every run of the batch, but never over what it reads
+    reads = [("key file", opts.get("key_file"))] + [("input", t.input) for t in tasks]
+    refuse_clobbering(reads, [("report", json_path), ("CSV report", csv_path)], overwrite=True)
     out.mkdir(parents=True, exist_ok=True)
     previous = _previous(json_path)
     t0 = time.perf_counter()

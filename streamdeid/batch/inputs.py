@@ -54,6 +54,8 @@ def collect_tasks(sources: list[str], out_dir: str | Path, run_params: list[clic
     tasks: dict[str, Task] = {}
     for path, rel, opts in entries:
         if rel in tasks:
+            if tasks[rel].input == str(path):
+                raise StreamdeidError(f"{path} is listed twice")
             raise StreamdeidError(f"two inputs would write {out / rel}: {tasks[rel].input} and {path} "
                                   "(give them distinct names, or outputs in a CSV manifest)")
         tasks[rel] = Task(str(path), str(out / rel), rel, opts, refused=_outside(out, rel))
@@ -86,7 +88,7 @@ def _manifest(path: Path, run_params: list[click.Parameter]) -> list[tuple[Path,
     (relative to OUT_DIR) and per-file option columns. Relative paths are relative to the manifest."""
     base = path.parent
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8-sig")  # -sig: the byte-order mark spreadsheets write
     except (OSError, UnicodeDecodeError) as exc:
         raise StreamdeidError(f"{path}: cannot read the manifest: {exc}") from None
     out = []

@@ -31,6 +31,7 @@ import numpy as np
 
 from ..config import PipelineConfig
 from ..threads import prefetch
+from ..files import refuse_clobbering
 from ..types import StreamdeidError
 from .flags import VISIBLE_SCORE, Flag, VisibleFaceScan, cover_flags, sample_step, sort_flags
 from .tracks import Cover, Tracks, find_audit_log, read_audit_log, track_source
@@ -108,6 +109,9 @@ class Review:
         s = self.settings
         if not self.output.is_file():
             raise StreamdeidError(f"{self.output}: no such file")
+        # Save writes the edits file: never over what the review reads (the key file above all)
+        refuse_clobbering([("output", self.output), ("source", s.source), ("key file", s.key_file),
+                           ("audit log", s.tracks)], [("edits file", self.edits_path)], overwrite=True)
         t0 = time.perf_counter()
         self.facts = facts = read_facts(self.output)
         self.timings["read"] = time.perf_counter() - t0

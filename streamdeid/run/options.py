@@ -83,6 +83,7 @@ class RunOptions:
     live: LiveConfig = field(default_factory=LiveConfig)  # settings of a live feed
     force_live: bool = False  # treat any input as live (a live pipe on stdin); URLs and devices always are
     edits: str | None = None  # --edits: a reviewer's corrections to one video's run (docs/edits.md)
+    report: str | None = None  # --report: written by the CLI, checked with the run's other outputs (Runner)
 
     def is_live(self, src: str) -> bool:
         """A live feed: a URL or a capture device, or any input with ``force_live`` (a live pipe on stdin)."""
@@ -100,7 +101,8 @@ def run_options(options: dict[str, Any]) -> RunOptions:
     return RunOptions(config, key_file=options.get("key_file"), new_key=bool(options.get("new_key")),
                       vault=not options.get("no_vault"), store_crops=not options.get("no_crops"),
                       skip_existing=bool(options.get("skip_existing")), live=live_config(options),
-                      force_live=bool(options.get("force_live")), edits=options.get("edits"))
+                      force_live=bool(options.get("force_live")), edits=options.get("edits"),
+                      report=options.get("report"))
 
 
 def batch_options(options: dict[str, Any]) -> RunOptions:
@@ -184,8 +186,10 @@ def manifest_options(params: list[click.Parameter], row: dict[str, str], where: 
             continue
         param = by_name.get(name)
         if param is None:
-            raise StreamdeidError(f"{where}: unknown column {column!r} (per-file options: "
-                                  f"{', '.join(sorted(k for k in by_name if k in PER_FILE))})")
+            columns = sorted({max((o.lstrip("-") for o in getattr(q, "opts", ()) if o.startswith("--")), key=len,
+                                  default=q.name) for q in by_name.values()})
+            raise StreamdeidError(f"{where}: unknown column {column!r} (per-file options, named as run's: "
+                                  f"{', '.join(columns)})")
         value = raw.strip()
         if getattr(param, "is_flag", False):
             value = value.lower() in ("1", "true", "yes", "y", "on")

@@ -96,7 +96,7 @@ class Runner:
         if o.is_live(src):
             if o.skip_existing:
                 raise StreamdeidError("--skip-existing resumes a folder run, not a live feed")
-            self.refuse_clobbering()
+            self.refuse_clobbering(src)
             return self._live(src, dst)
         if o.skip_existing and (src == "-" or not Path(src).is_dir()):
             raise StreamdeidError("--skip-existing resumes a folder run; INPUT is not a folder")
@@ -110,7 +110,7 @@ class Runner:
                                       f"{', '.join(STREAM_SCHEMES)}; download a file first)")
             raise StreamdeidError(f"{src}: no such file or folder")
         if dst is not None and is_stream_output(str(dst)):
-            self.refuse_clobbering()
+            self.refuse_clobbering(src)
             return self._video(src, str(dst))
         out = self._output_for(src, dst)
         if src != "-" and Path(src).is_dir():
@@ -128,21 +128,26 @@ class Runner:
             out = out / default_output(src).name  # -o FOLDER/ for one file: the default name in that folder
         refuse_same_file(src, out)
         if not single:
-            self.refuse_clobbering()
+            if self.config.export_tracks:
+                raise StreamdeidError("--export-tracks writes the log of one video; a folder's files would each "
+                                      "replace it (run the files one by one)")
+            self.refuse_clobbering(src)
             return out
         vault = self.vault_for(src, out)
         _refuse_a_killed_runs_vault(out, vault, self.config.output.overwrite)
-        self.refuse_clobbering(out, vault)
+        self.refuse_clobbering(src, out, vault)
         return out
 
-    def refuse_clobbering(self, out: Path | str | None = None, vault: Path | None = None,
-                          report: str | Path | None = None) -> None:
-        """Before anything is written: the run's outputs (``out``, its ``vault``, the audit log, a --report)
-        are not its key file or edits file, nor one another, nor existing files without --overwrite."""
+    def refuse_clobbering(self, src: str | None = None, out: Path | str | None = None,
+                          vault: Path | None = None) -> None:
+        """Before anything is written: the run's outputs (``out``, its ``vault``, the audit log, the --report)
+        are none of the files it reads (``src``, the key file, the edits file, the reference photos), nor one
+        another, nor existing files without --overwrite (the report is rewritten by every run)."""
         o = self.options
-        refuse_clobbering([("key file", o.key_file), ("edits file", o.edits)],
-                          [("output", out), ("vault", vault), ("audit log", self.config.export_tracks),
-                           ("report", report)], self.config.output.overwrite, rewritten=("report",))
+        reads = [("input", src), ("key file", o.key_file), ("edits file", o.edits)]
+        reads += [("reference photo", r) for r in self.config.select.references]
+        refuse_clobbering(reads, [("output", out), ("vault", vault), ("audit log", self.config.export_tracks),
+                                  ("report", o.report)], self.config.output.overwrite, rewritten=("report",))
 
     def file(self, src: Path, dst: Path) -> tuple[FileOutcome, RunSummary | None]:
         """One file of a folder or a batch, never raising for a bad file: its outcome, and its summary when it
