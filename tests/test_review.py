@@ -355,7 +355,7 @@ def test_tracks_without_an_audit_log(work, tmp_path) -> None:
                    "--key-file", str(tmp_path / "k.key"), "--new-key", "--export-tracks", str(tmp_path / "k.jsonl"))
     assert proc.returncode == 0, proc.stderr.decode()
     # another run's log (the same covers: runs are deterministic) is refused: it is not this output's
-    with pytest.raises(StreamdeidError, match="from another run"):
+    with pytest.raises(StreamdeidError, match="written by an earlier run"):
         Review(ReviewSettings(output=out, key_file=tmp_path / "k.key", source=None, tracks=work["log"], scan=False),
                tmp_path, echo=lambda line: None).prepare()
     review = Review(ReviewSettings(output=out, key_file=tmp_path / "k.key", source=None, tracks=tmp_path / "k.jsonl",
@@ -379,7 +379,7 @@ def test_tracks_without_an_audit_log(work, tmp_path) -> None:
     said: list[str] = []
     stale = Review(ReviewSettings(output=out, source=work["src"], config=config, scan=False), tmp_path, said.append)
     stale.prepare()
-    assert stale.audit_log is None and any("from another run" in line for line in said), said
+    assert stale.audit_log is None and any("written by an earlier run" in line for line in said), said
     assert sorted(map(key, stale.tracks.covers)) == sorted(map(key, read_audit_log(tmp_path / "k.jsonl").covers))
 
 

@@ -175,8 +175,8 @@ class Review:
         if tracks.video_id is None or made is None or tracks.video_id == made:
             self.tracks = tracks
             return True
-        what = (f"the audit log {audit} is from another run of {self.output.name} than the one that wrote it "
-                "(rerun with --export-tracks for its own)")
+        what = (f"the audit log {audit} was written by an earlier run, not by the run that made {self.output.name} "
+                "(a rerun writes its own log with --export-tracks)")
         if self.settings.tracks is not None or self.settings.source is None:
             raise StreamdeidError(what)
         self.echo(f"streamdeid: {what}; not used")

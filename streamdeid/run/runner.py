@@ -37,13 +37,14 @@ log = logging.getLogger(__name__)
 
 
 def default_output(src: str) -> Path:
-    """``clip.mp4`` -> ``clip_anonymized.mp4``; ``photos/`` -> ``photos_anonymized/``."""
+    """``clip.mp4`` -> ``clip_anonymized.mp4``; ``photos/`` -> ``photos_anonymized/``; ``clip`` ->
+    ``clip_anonymized.mp4``."""
     p = Path(src)
     if not p.name:  # "." or "..": name the output after the folder itself
         p = p.resolve()
     if p.is_dir():
         return p.with_name(p.name.rstrip("/") + "_anonymized")
-    return p.with_name(f"{p.stem}_anonymized{p.suffix}")
+    return p.with_name(f"{p.stem}_anonymized{p.suffix or '.mp4'}")  # a name without an extension: MP4
 
 
 class Runner:
@@ -100,6 +101,9 @@ class Runner:
             return self._live(src, dst)
         if o.skip_existing and (src == "-" or not Path(src).is_dir()):
             raise StreamdeidError("--skip-existing resumes a folder run; INPUT is not a folder")
+        if o.live.segment_time is not None:
+            raise StreamdeidError("--segment-time rotates the recording of a live feed; INPUT is a file "
+                                  "(--live reads a pipe on stdin as one)")
         if src == "-":
             if dst is None:
                 raise StreamdeidError("reading from stdin (-) needs an output path: -o OUTPUT")

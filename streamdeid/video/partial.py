@@ -72,6 +72,8 @@ def check_overwrite(path: Path, overwrite: bool) -> None:
         raise StreamdeidError(f"output exists: {path} (pass --overwrite to replace it)")
     if path.is_dir():
         raise StreamdeidError(f"output path is a directory: {path}")
+    if path.parent.exists() and not path.parent.is_dir():
+        raise StreamdeidError(f"{path.parent} is a file, not a folder the output can go in")
     if not path.parent.is_dir():
         raise StreamdeidError(f"output folder does not exist: {path.parent}")
 
