@@ -105,6 +105,10 @@ def test_reference_photo_errors(tmp_path, media):
     both = run_cli("run", str(media / "head-pose-face-detection-male.mp4"), "-o", str(out),
                    "--keep", str(blank), "--only", str(blank), "--no-progress")
     assert both.returncode != 0 and b"exclude each other" in both.stderr
+    (tmp_path / "empty.jpg").write_bytes(b"")
+    empty = run_cli("run", str(media / "head-pose-face-detection-male.mp4"), "-o", str(out),
+                    "--keep", str(tmp_path / "empty.jpg"), "--no-progress")
+    assert empty.returncode == 1 and b"not a readable image" in empty.stderr and b"internal error" not in empty.stderr
 
 
 def test_selector_fails_closed_on_a_switch():

@@ -66,7 +66,7 @@ def load_references(specs: list[str], finder, sface, *, model_tag: str = "sface-
         if cache.is_file():
             refs.append(Reference(str(path), np.load(cache)))
             continue
-        image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+        image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR) if data else None  # (empty: cv2 asserts)
         if image is None:
             raise StreamdeidError(f"{path}: not a readable image")
         emb = sface.embed_face(image, _one_face(path, finder.find(image, scan=True)))
