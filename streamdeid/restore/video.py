@@ -15,7 +15,7 @@ from tqdm import tqdm
 
 from ..anonymizers import dbaf_recover_crops
 from ..config import PipelineConfig
-from ..files import refuse_clobbering, refuse_same_file
+from ..files import refuse_clobbering
 
 from ..types import Frame, StreamdeidError
 from ..vault import VaultReader, read_video_id_tag, vault_path_for
@@ -67,10 +67,10 @@ def recover(anonymized: str, dst: str | Path, *, key_file: str, vault: str | Pat
     src = Path(anonymized)
     if not src.exists():
         raise StreamdeidError(f"{anonymized}: no such file")
-    refuse_same_file(src, Path(dst))
     vault_path = Path(vault) if vault is not None else _default_vault(src)
     # --overwrite replaces an earlier recovery, never what this one reads
-    refuse_clobbering([("key file", key_file), ("vault", vault_path)], [("output", dst)], overwrite=True)
+    refuse_clobbering([("input", src), ("key file", key_file), ("vault", vault_path)], [("output", dst)],
+                      overwrite=True)
     if not vault_path.exists():
         raise StreamdeidError(f"{vault_path}: no such vault (pass --vault)")
     key = load_recovery_key(key_file)

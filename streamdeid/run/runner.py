@@ -130,8 +130,8 @@ class Runner:
         single = src == "-" or not Path(src).is_dir()
         if dst is not None and src != "-" and single and _names_a_folder(str(dst)):
             out = out / default_output(src).name  # -o FOLDER/ for one file: the default name in that folder
-        refuse_same_file(src, out)
-        if not single:
+        if not single:  # (a single file's output is checked against its input by refuse_clobbering)
+            refuse_same_file(src, out)
             if self.config.export_tracks:
                 raise StreamdeidError("--export-tracks writes the log of one video; a folder's files would each "
                                       "replace it (run the files one by one)")
