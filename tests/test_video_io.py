@@ -10,6 +10,7 @@ from fractions import Fraction
 from pathlib import Path
 
 import av
+import cv2
 import numpy as np
 import pytest
 
@@ -270,6 +271,19 @@ def test_write_image_and_folder_listing(tmp_path: Path) -> None:
     assert is_image("A.JPG") and not is_image("a.mp4")
     with pytest.raises(StreamdeidError):
         read_image(tmp_path / "notes.txt")
+
+
+def test_a_truncated_jpeg_is_refused_a_whole_one_read(tmp_path: Path) -> None:
+    # a progressive JPEG with restart markers and bytes after its end (as a phone's motion photo has)
+    ok, encoded = cv2.imencode(".jpg", _image(3, 90, 120), [cv2.IMWRITE_JPEG_PROGRESSIVE, 1,
+                                                             cv2.IMWRITE_JPEG_RST_INTERVAL, 4])
+    whole = encoded.tobytes()
+    (tmp_path / "whole.jpg").write_bytes(whole + b"ftypmp42" * 64)
+    assert read_image(tmp_path / "whole.jpg").shape == (120, 90, 3)
+    for share in (0.05, 0.5, 0.99):
+        (tmp_path / "cut.jpg").write_bytes(whole[: int(len(whole) * share)])
+        with pytest.raises(StreamdeidError, match="truncated JPEG"):
+            read_image(tmp_path / "cut.jpg")
 
 
 # -------------------------------------------------------------- bad inputs

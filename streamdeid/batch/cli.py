@@ -29,7 +29,9 @@ def batch_command(run: click.Command) -> click.Command:
                        "Job, a Slurm array or xargs, no cluster needed. Shards are a hash of each output path.")
     @click.option("--shard-count", type=click.IntRange(min=1), default=None, help="Number of shards.")
     @click.option("--retries", type=click.IntRange(min=0), default=2, show_default=True,
-                  help="Attempts after the first for a file that failed or whose worker was lost; then reported.")
+                  help="Attempts after the first for a file whose worker was lost or that failed on an unexpected "
+                       "error; then reported. A file the run refuses (missing, corrupt, not a video) is not "
+                       "retried.")
     @click.option("--report", type=click.Path(dir_okay=False), default=None,
                   help="Report path (JSON, and CSV beside it). Default: OUT_DIR/streamdeid-batch.json and .csv "
                        "(per shard: streamdeid-batch.shard-I-of-N.json).")
@@ -44,7 +46,8 @@ def batch_command(run: click.Command) -> click.Command:
         such as anonymizer, detect-every, crf). Same options as `run`.
 
         Resumable: a file whose output (and vault) is complete and verified
-        is skipped; a failed file is retried --retries times, then reported.
+        is skipped; a file whose worker died is retried --retries times, then
+        reported (a corrupt or missing file is reported at once).
         Rerun the same command after a kill to finish the job.
 
         \b

@@ -16,7 +16,7 @@ from typing import Any
 from tqdm import tqdm
 
 from ..files import refuse_clobbering
-from ..run.outcome import FAILED, OK, SKIPPED, summary_line, write_report
+from ..run.outcome import FAILED, INTERNAL_ERROR, OK, SKIPPED, summary_line, write_report
 from ..redact import redact
 from ..types import StreamdeidError
 from .inputs import Task, collect_tasks, shard
@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 
 REPORT_NAME = "streamdeid-batch"
 FLUSH_SECONDS = 15.0  # the report is rewritten this often while the batch runs (a killed driver loses little)
+WORKER_LOST = "worker lost"  # how a report's error line starts when the worker died on the file
 
 
 @dataclass
@@ -35,7 +36,7 @@ class BatchResult:
     seconds: float
     pool: str
     interrupted: bool = False
-    retried: int = 0  # attempts that were retried (failures and lost workers)
+    retried: int = 0  # attempts that were retried (lost workers and unexpected errors)
     totals: dict[str, Any] = field(default_factory=dict)
 
     def line(self) -> str:
@@ -98,7 +99,7 @@ def run_batch(sources: list[str], out_dir: str | Path, opts: dict[str, Any], *, 
             for task, attempt, got in pool.wait():
                 inflight -= 1
                 outcome = got if isinstance(got, BatchOutcome) else _lost(task, got, attempt)
-                if outcome.status == FAILED and attempt <= retries:
+                if outcome.status == FAILED and attempt <= retries and _may_pass_again(outcome):
                     log.warning("%s: attempt %d failed (%s); retrying", task.input, attempt, outcome.error)
                     result.retried += 1
                     queue.append((task, attempt + 1))
@@ -122,7 +123,13 @@ def run_batch(sources: list[str], out_dir: str | Path, opts: dict[str, Any], *, 
 
 def _lost(task: Task, exc: BaseException, attempt: int) -> BatchOutcome:
     lines = str(exc).strip().splitlines()
-    return failed(task, f"worker lost: {type(exc).__name__}{': ' + lines[0] if lines else ''}", attempt)
+    return failed(task, f"{WORKER_LOST}: {type(exc).__name__}{': ' + lines[0] if lines else ''}", attempt)
+
+
+def _may_pass_again(outcome: BatchOutcome) -> bool:
+    """A lost worker (killed, out of memory, a node gone) or an unexpected error may not happen again; a file
+    the run refused (missing, corrupt, not a video, a bad manifest row) fails the same way every time."""
+    return (outcome.error or "").startswith((WORKER_LOST, INTERNAL_ERROR))
 
 
 def _pool(opts: dict[str, Any], ray: str | None, workers: int, cpus_per_worker: float):

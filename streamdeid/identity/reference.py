@@ -14,11 +14,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-import cv2
 import numpy as np
 
 from ..types import StreamdeidError
-from ..video.images import is_image
+from ..video.images import decode_image, is_image
 
 #: Faces smaller than this fraction of the largest face in a reference photo are not counted.
 BACKGROUND_FACE = 1 / 3
@@ -66,9 +65,7 @@ def load_references(specs: list[str], finder, sface, *, model_tag: str = "sface-
         if cache.is_file():
             refs.append(Reference(str(path), np.load(cache)))
             continue
-        image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR) if data else None  # (empty: cv2 asserts)
-        if image is None:
-            raise StreamdeidError(f"{path}: not a readable image")
+        image = decode_image(data, path)
         emb = sface.embed_face(image, _one_face(path, finder.find(image, scan=True)))
         _save(cache, emb)
         refs.append(Reference(str(path), emb))

@@ -21,6 +21,7 @@ from ..types import StreamdeidError
 from ..video.images import is_image
 
 OK, FAILED, SKIPPED = "ok", "failed", "skipped"
+INTERNAL_ERROR = "internal error"  # how a report's error line starts when a bug of ours, not the file, failed it
 
 
 @dataclass
@@ -54,7 +55,7 @@ def failed_outcome(src: str, dst: str | Path, error: str) -> FileOutcome:
 def error_line(exc: BaseException) -> str:
     """An unexpected exception (a bug of ours) as one line of a report."""
     lines = str(exc).strip().splitlines()
-    return f"internal error: {type(exc).__name__}: {lines[0]}" if lines else f"internal error: {type(exc).__name__}"
+    return f"{INTERNAL_ERROR}: {type(exc).__name__}" + (f": {lines[0]}" if lines else "")
 
 
 def counts(outcomes: list[FileOutcome]) -> dict[str, int]:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import cv2
 
 from ..config import PipelineConfig
 from ..render import FrameRenderer
 from ..summary import RunSummary
 from ..types import Frame, FrameResult, StreamdeidError, TrackedFace
+from ..video.images import read_image
 from ..video.writer import write_image
 from .result import RunResult, track_observers
 
@@ -23,9 +23,7 @@ def run_still(src: Path, out: Path, config: PipelineConfig, renderer_for) -> Run
 
     if out.exists() and not config.output.overwrite:
         raise StreamdeidError(f"{out} exists; pass --overwrite to replace it")
-    image = cv2.imread(str(src), cv2.IMREAD_COLOR)
-    if image is None:
-        raise StreamdeidError(f"{src}: not a readable image")
+    image = read_image(src)
     t0 = time.perf_counter()
     finder = FaceFinder(config.detect)
     dets = StillFinder(finder).find(image)  # a still has no second frame: every pass, weak faces too

@@ -59,12 +59,46 @@ def list_media(folder: str | os.PathLike[str], images: bool = True, videos: bool
 
 
 def read_image(path: str | os.PathLike[str]) -> np.ndarray:
-    """Read a still image as BGR uint8 [H, W, 3] (alpha dropped, grey expanded)."""
+    """Read a still image as BGR uint8 [H, W, 3] (alpha dropped, grey expanded, EXIF rotation applied)."""
     target = Path(path)
     if not target.is_file():
         raise StreamdeidError(f"image not found: {target}")
-    data = np.fromfile(target, dtype=np.uint8)
-    image = cv2.imdecode(data, cv2.IMREAD_COLOR) if data.size else None
+    try:
+        data = target.read_bytes()
+    except OSError as e:
+        raise StreamdeidError(f"{target}: cannot read: {e.strerror}") from None
+    return decode_image(data, target)
+
+
+def decode_image(data: bytes, name: str | os.PathLike[str]) -> np.ndarray:
+    """An image file's bytes as BGR uint8 [H, W, 3]; ``name`` only names it in errors."""
+    if jpeg_is_truncated(data):
+        # libjpeg would decode the part that is there, grey below, and print its own warning
+        raise StreamdeidError(f"{name}: truncated JPEG (the file ends before its image does)")
+    image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR) if data else None  # (empty: cv2 asserts)
     if image is None:
-        raise StreamdeidError(f"not a readable image: {target}")
+        raise StreamdeidError(f"{name}: not a readable image")
     return image
+
+
+def jpeg_is_truncated(data: bytes) -> bool:
+    """True for a JPEG whose image data has no end-of-image marker (FFD9) after its first scan.
+
+    The marker segments before the scan are walked by their lengths, so an EXIF thumbnail's own FFD9 does
+    not count; in the scan data an FF byte is followed by 00 or a restart marker, so FFD9 there is the end.
+    Not a JPEG, or one too damaged to walk: False (the decoder judges it)."""
+    if data[:2] != b"\xff\xd8":
+        return False
+    at = 2
+    while at + 4 <= len(data):
+        if data[at] != 0xFF:
+            return False
+        marker = data[at + 1]
+        if marker == 0xFF:  # fill byte
+            at += 1
+            continue
+        length = int.from_bytes(data[at + 2:at + 4], "big")
+        if marker == 0xDA:  # start of scan: the image data follows its header
+            return data.find(b"\xff\xd9", at + 2 + length) < 0
+        at += 2 + length
+    return True  # the file ends among its headers
