@@ -142,10 +142,16 @@ def test_keep_on_a_still(tmp_path, media):
     h = y2 - y1
     ref = tmp_path / "ref.png"
     cv2.imwrite(str(ref), img[max(0, y1 - h // 2):y2 + h // 2, max(0, x1 - h // 2):x2 + h // 2])
-    out = tmp_path / "out.png"
+    out, log = tmp_path / "out.png", tmp_path / "audit.jsonl"
     proc = run_cli("run", str(media / "two_people.jpg"), "-o", str(out), "--keep", str(ref),
-                   "--anonymizer", "solid", "--no-progress")
+                   "--anonymizer", "solid", "--export-tracks", str(log), "--no-progress")
     assert proc.returncode == 0, proc.stderr
+    # the audit log says why each face was kept or covered, as a video's does
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    decisions = {r["track"]: r["decision"] for r in lines if "decision" in r}
+    methods = {r["track"]: r["method"] for r in lines if "method" in r}
+    kept = [t for t, m in methods.items() if m == "kept"]
+    assert len(kept) == 1 and kept[0] in decisions and len(decisions) >= 2
     res = cv2.imread(str(out))
     changed = changed_pixels(img, res)
 

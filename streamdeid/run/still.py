@@ -31,9 +31,11 @@ def run_still(src: Path, out: Path, config: PipelineConfig, renderer_for) -> Run
              for i in range(len(dets))]
     renderer: FrameRenderer = renderer_for()
     result = FrameResult(Frame(0, image, None, None), faces)
-    selection = _select_still(result, config, finder) if config.select.mode else None
+    decided = RunSummary()  # --keep/--only: the audit log writes its per-face decisions at close
+    if config.select.mode:
+        decided.selection, decided.decisions = _select_still(result, config, finder)
     pasted = renderer.render(result)
-    observers, closers = track_observers(config)
+    observers, closers = track_observers(config, decided)
     for obs in observers:
         obs(result, pasted)
     for close in closers:
@@ -41,16 +43,17 @@ def run_still(src: Path, out: Path, config: PipelineConfig, renderer_for) -> Run
     write_image(out, image, overwrite=config.output.overwrite)
     summary = RunSummary(frames=1, faces=len(faces), tracks=len(faces), fallbacks=renderer.fallbacks,
                          leak_fallbacks=renderer.leak_fallbacks, seconds=time.perf_counter() - t0,
-                         smallest_face=finder.smallest_face(image.shape[1], image.shape[0]), selection=selection)
+                         smallest_face=finder.smallest_face(image.shape[1], image.shape[0]),
+                         selection=decided.selection, decisions=decided.decisions)
     return RunResult(out, summary)
 
 
-def _select_still(result: FrameResult, config: PipelineConfig, finder) -> str:
+def _select_still(result: FrameResult, config: PipelineConfig, finder) -> tuple[str, dict]:
     """--keep/--only on a still: one judged frame decides (there is no second); an unjudgeable face
-    (small, profile) is anonymized."""
+    (small, profile) is anonymized. Returns the selection's line and each face's decision (by track id)."""
     from ..selection import SelectStage
 
     stage = SelectStage(config.select, fps=1.0, finder=finder, confirm=1)
     stage.observe(result)
     stage.split(result)
-    return stage.line()
+    return stage.line(), {t: ev.summary() for t, ev in stage.selector.tracks.items()}
