@@ -19,6 +19,7 @@ from ..files import refuse_clobbering
 
 from ..types import Frame, StreamdeidError
 from ..vault import VaultReader, read_video_id_tag, vault_path_for
+from ..video.partial import final_path_for
 from ..video.reader import open_source
 from ..threads import prefetch
 from ..video.writer import VideoWriter
@@ -228,9 +229,9 @@ class _ModelRestore:
 def _default_vault(src: Path) -> Path:
     """The vault beside ``src``. A run killed outright leaves ``out.partial.mp4`` with its vault still named
     for the output it never finished (``out.mp4.sdv``; Ctrl-C renames it ``out.partial.mp4.sdv``): found too."""
-    own = vault_path_for(src)
-    if own.exists() or not src.stem.endswith(".partial"):
+    own, final = vault_path_for(src), final_path_for(src)
+    if own.exists() or final is None:
         return own
-    finished = vault_path_for(src.with_name(src.stem[: -len(".partial")] + src.suffix))
+    finished = vault_path_for(final)
     return finished if finished.exists() else own
 

@@ -23,6 +23,13 @@ def partial_path_for(path: Path) -> Path:
     return path.with_name(f"{path.stem}.partial{path.suffix}")
 
 
+def final_path_for(path: Path) -> Path | None:
+    """The inverse of ``partial_path_for``: ``out.partial.mp4`` -> ``out.mp4``; None for another name."""
+    if not path.stem.endswith(".partial"):
+        return None
+    return path.with_name(f"{path.stem[: -len('.partial')]}{path.suffix}")
+
+
 def claim_partial(partial: Path, final: Path) -> int:
     """Create or open ``partial`` and hold an exclusive lock on it for this run (an fd to close when
     done). Two runs writing one output name would otherwise write one file and both "finish" it: the
