@@ -119,7 +119,8 @@ class AnonymizeConfig:
     solid_color: tuple[int, int, int] = (128, 128, 128)  # BGR
     # dbaf: the exported generator (.onnx for onnxrt, .safetensors for torch,
     # .engine/.plan for tensorrt). None: the shipped default in
-    # streamdeid/weights/ (manifest.json with sha256).
+    # streamdeid/weights/ (manifest.json with sha256). composite: a donor bank
+    # folder (python -m training composites); None: streamdeid/composites/.
     model_path: str | None = None
     backend: str = "onnxrt"  # onnxrt | torch | tensorrt
     threads: int = 0  # generator intra-op threads (0: the backend's default)

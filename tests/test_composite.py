@@ -56,6 +56,40 @@ def test_bank_with_a_composite_of_fewer_than_10_faces_is_refused(tmp_path):
         CompositeAnonymizer(bank=tmp_path)
 
 
+def _sub_bank(folder, n: int):
+    """The shipped bank's first ``n`` composites as a bank of its own (what a user's build gives)."""
+    import hashlib
+
+    folder.mkdir()
+    faces, manifest = load_bank()
+    atlas = np.concatenate(list(faces[:n]), axis=1)
+    cv2.imwrite(str(folder / "bank.png"), atlas)
+    manifest["composites"] = manifest["composites"][:n]
+    manifest["bank_sha256"] = hashlib.sha256((folder / "bank.png").read_bytes()).hexdigest()
+    manifest.pop("sface", None)  # no shipped embeddings: the anonymizer computes them
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    return folder
+
+
+def test_run_model_names_a_bank_the_user_built(media, tmp_path):
+    bank = _sub_bank(tmp_path / "bank", 3)
+    assert len(CompositeAnonymizer(AnonymizeConfig(method="composite", model_path=str(bank))).faces) == 3
+    src, out = media / "obama.jpg", tmp_path / "out.jpg"
+    r = run_cli("run", str(src), "-o", str(out), "--anonymizer", "composite", "--model", str(bank))
+    assert r.returncode == 0, r.stderr.decode()[-2000:]
+    box, _ = _largest_face(cv2.imread(str(src)))
+    x1, y1, x2, y2 = box.astype(int)
+    assert np.abs(cv2.imread(str(src))[y1:y2, x1:x2].astype(int) - cv2.imread(str(out))[y1:y2, x1:x2]).mean() > 8
+    # a damaged bank, a file, or --model with blur: one line each, before any output
+    (bank / "bank.png").write_bytes(b"not a png")
+    for args, says in (((str(bank),), b"sha256"), ((str(src),), b"donor bank folder")):
+        r = run_cli("run", str(src), "-o", str(tmp_path / "no.jpg"), "--anonymizer", "composite", "--model", *args)
+        assert r.returncode == 1 and says in r.stderr and b"internal error" not in r.stderr, r.stderr
+        assert not (tmp_path / "no.jpg").exists()
+    r = run_cli("run", str(src), "-o", str(tmp_path / "no.jpg"), "--model", str(bank))
+    assert r.returncode == 1 and b"--model is for" in r.stderr
+
+
 def test_registered_irreversible_and_scale_free():
     a = create_anonymizer(AnonymizeConfig(method="composite"))
     assert isinstance(a, CompositeAnonymizer)

@@ -183,6 +183,7 @@ class CompositeAnonymizer(AnonymizerBase):
     def __init__(self, cfg: AnonymizeConfig | None = None, *, bank: str | Path | None = None) -> None:
         cfg = cfg or AnonymizeConfig()
         self.sigma = float(cfg.blur_sigma)  # the cover around the composite, as --anonymizer blur
+        bank = bank if bank is not None else cfg.model_path  # --model DIR: a bank the user built
         self.faces, self.manifest = load_bank(bank)
         self._bank_dir = Path(bank) if bank is not None else BANK_DIR
         margin = float(self.manifest.get("align_margin", AlignConfig.margin))

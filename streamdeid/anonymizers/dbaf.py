@@ -60,7 +60,7 @@ def resolve_model_path(model_path: str | Path | None, backend: str = "onnxrt") -
     if model_path is not None:
         path = Path(model_path)
         if not path.is_file():
-            raise StreamdeidError(f"{model_path}: no such DBAF model file")
+            raise StreamdeidError(f"{model_path}: {'a folder, not' if path.is_dir() else 'no such'} DBAF model file")
         return path
     manifest = WEIGHTS_DIR / MANIFEST
     if not manifest.is_file():

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import click
@@ -140,7 +141,8 @@ def apply_selection(config: PipelineConfig, options: dict[str, Any]) -> None:
 
 
 def check_anonymizer_options(options: dict[str, Any]) -> None:
-    """--model and --no-crops only go with dbaf; a dbaf model is found (and checked) before any output.
+    """--model goes with dbaf (a generator file) or composite (a bank folder), --no-crops with dbaf only; the
+    model or bank is found (and checked) before any output.
     ``options`` may omit keys (a batch manifest row): missing means the default."""
     defaults = AnonymizeConfig()
     method, model_path = options.get("method") or defaults.method, options.get("model_path")
@@ -149,8 +151,15 @@ def check_anonymizer_options(options: dict[str, Any]) -> None:
 
         # fail before touching any output
         resolve_model_path(model_path, options.get("backend") or defaults.backend)
+    elif method == "composite" and model_path is not None:
+        from ..anonymizers.composite import load_bank
+
+        if not Path(model_path).is_dir():
+            raise StreamdeidError(f"{model_path}: --model with composite is a donor bank folder "
+                                  "(python -m training composites --out DIR)")
+        load_bank(model_path)  # damaged or unreadable: said before any output
     elif model_path is not None:
-        raise StreamdeidError("--model is for --anonymizer dbaf")
+        raise StreamdeidError("--model is for --anonymizer dbaf (a generator file) or composite (a bank folder)")
     if options.get("no_crops") and method != "dbaf":
         raise StreamdeidError("--no-crops keeps no face pixels: only --anonymizer dbaf can be recovered from such "
                               "a vault (recover --mode model)")
