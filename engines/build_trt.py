@@ -65,7 +65,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-batch", type=int, default=32)
     ap.add_argument("--fp32", action="store_true", help="do not enable FP16 kernels")
     ap.add_argument("--workspace-gib", type=float, default=2.0)
+    ap.add_argument("--overwrite", action="store_true", help="replace an existing engine file")
     args = ap.parse_args(argv)
+    if not args.onnx.is_file():
+        ap.exit(2, f"error: {args.onnx}: no such ONNX file (python engines/export_onnx.py writes one)\n")
+    if args.engine.exists() and not args.overwrite:
+        ap.exit(2, f"error: {args.engine} exists; pass --overwrite to replace it\n")
+    try:
+        import tensorrt  # noqa: F401
+    except ImportError:
+        ap.exit(2, "error: TensorRT is not installed (pip install tensorrt, on a machine with an NVIDIA GPU; "
+                   "docs/gpu.md)\n")
     path = build_engine(args.onnx, args.engine, min_batch=args.min_batch, opt_batch=args.opt_batch,
                         max_batch=args.max_batch, fp16=not args.fp32, workspace_gib=args.workspace_gib)
     print(f"wrote {path}")

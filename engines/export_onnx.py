@@ -28,7 +28,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--opset", type=int, default=DEFAULT_OPSET)
     ap.add_argument("--no-check", action="store_true", help="skip the ONNX Runtime parity check")
+    ap.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
     args = ap.parse_args(argv)
+    if args.checkpoint and not args.checkpoint.is_file():
+        ap.exit(2, f"error: {args.checkpoint}: no such checkpoint file\n")
+    if args.out.exists() and not args.overwrite:
+        ap.exit(2, f"error: {args.out} exists; pass --overwrite to replace it\n")
     if args.checkpoint:
         from streamdeid.models.io import load_checkpoint
 

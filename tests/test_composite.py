@@ -90,6 +90,33 @@ def test_run_model_names_a_bank_the_user_built(media, tmp_path):
     assert r.returncode == 1 and b"--model is for" in r.stderr
 
 
+def test_a_bank_built_from_a_users_folder_runs_and_is_not_replaced(tmp_path, capsys):
+    import shutil
+
+    from conftest import UTK
+    from evaluation.heldout import is_heldout
+    from training.composites import main as build_bank
+
+    if not UTK.is_dir():
+        pytest.skip(f"training images not found at {UTK}")
+    faces = tmp_path / "faces"
+    faces.mkdir()
+    # 30 adults' photos, none of the held-out split (most folders a user has hold none of it)
+    for p in [p for p in sorted(UTK.iterdir()) if p.name[:1] in "23" and not is_heldout(p)][:30]:
+        shutil.copy(p, faces / p.name)
+    out = tmp_path / "bank"
+    assert build_bank(["--faces", str(faces), "--out", str(out), "--k", "10"]) == 0
+    built, manifest = load_bank(out)
+    assert len(built) >= 1 and all(e["k"] == 10 for e in manifest["composites"])
+    assert build_bank(["--faces", str(faces), "--out", str(out), "--k", "10"]) == 2  # no --overwrite
+    assert "holds a bank already" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    assert build_bank(["--faces", str(tmp_path / "empty"), "--out", str(tmp_path / "b2")]) == 2
+    assert build_bank(["--faces", str(faces), "--out", str(tmp_path / "b3"), "--k", "12"]) == 2  # no group of 12
+    err = capsys.readouterr().err
+    assert "no .jpg or .png files" in err and "no group has 12 usable faces" in err and "Traceback" not in err
+
+
 def test_registered_irreversible_and_scale_free():
     a = create_anonymizer(AnonymizeConfig(method="composite"))
     assert isinstance(a, CompositeAnonymizer)

@@ -143,8 +143,21 @@ def test_create_backend_unknown_name():
 
 def test_export_cli_parity(tmp_path, capsys):
     export = _load_engine_module("export_onnx")
-    assert export.main(["--preset", "cpu-small", "--resolution", "64", "--out", str(tmp_path / "g.onnx")]) == 0
+    args = ["--preset", "cpu-small", "--resolution", "64", "--out", str(tmp_path / "g.onnx")]
+    assert export.main(args) == 0
     assert "parity" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as stop:  # the file it wrote is not replaced without --overwrite
+        export.main(args)
+    assert stop.value.code == 2 and "--overwrite" in capsys.readouterr().err
+
+    build = _load_engine_module("build_trt")  # one line, no traceback: a missing file, then no TensorRT here
+    with pytest.raises(SystemExit) as stop:
+        build.main([str(tmp_path / "missing.onnx"), str(tmp_path / "g.engine")])
+    assert stop.value.code == 2 and "no such ONNX file" in capsys.readouterr().err
+    if importlib.util.find_spec("tensorrt") is None:
+        with pytest.raises(SystemExit) as stop:
+            build.main([str(tmp_path / "g.onnx"), str(tmp_path / "g.engine")])
+        assert stop.value.code == 2 and "TensorRT is not installed" in capsys.readouterr().err
 
 
 def test_tensorrt_code_imports_without_tensorrt():

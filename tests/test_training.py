@@ -124,6 +124,30 @@ def test_stage_runs_with_finite_losses(tiny_env, stage):
     assert latest_state(d) is not None
 
 
+def test_ctrl_c_finishes_the_step_writes_a_checkpoint_and_stops(tiny_env, tmp_path):
+    import os
+    import signal
+
+    root, cfg_file, data = tiny_env
+    cfg = _cfg(cfg_file)
+    cfg.ckpt_every = 10**6  # the only checkpoint is the one the signal asks for
+    trainer = STAGE_CLASSES["reconstruct"](cfg, tmp_path / "run", data, init="none", log=lambda m: None)
+    update = trainer.update_ema
+
+    def signal_on_step_2():  # Ctrl-C arrives in the middle of the second step
+        if trainer.step == 1:
+            os.kill(os.getpid(), signal.SIGINT)
+        update()
+
+    trainer.update_ema = signal_on_step_2
+    records = trainer.run(50)
+    assert trainer.interrupted and trainer.step == 2 and len(records) == 2
+    assert load_state(latest_state(tmp_path / "run" / "reconstruct"))["step"] == 2
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back
+    events = [json.loads(x).get("event") for x in (tmp_path / "run" / "reconstruct" / "log.jsonl").read_text().splitlines()]
+    assert events[-1] == "interrupted"
+
+
 def test_overfit_fixed_batch(tiny_env, tmp_path):
     root, cfg_file, _ = tiny_env
     data = write_prepared(tmp_path / "data2", _smooth_faces(2, seed=3), ["a.png", "b.png"])
@@ -166,6 +190,7 @@ def test_stage_chain_and_export_roundtrip(tiny_env, tmp_path, monkeypatch):
     assert cli.main(["anonymize", *common]) == 0
     out = tmp_path / "weights"
     assert cli.main(["export", "--run", str(run), "--out", str(out)]) == 0
+    assert cli.main(["export", "--run", str(run), "--out", str(out)]) == 2  # not over them without --overwrite
     manifest = json.loads((out / "manifest.json").read_text())
     from training.export import sha256_file
 
@@ -292,6 +317,14 @@ def test_prepare_detects_aligns_and_excludes_heldout(tmp_path):
     assert len(meta["duplicates"]) == 1 and len(train) == 3
     crops = np.load(tmp_path / "run" / "data" / "crops.npy")
     assert crops.shape == (3, 64, 64, 3) and crops.dtype == np.uint8
+
+    # the prepared data is not replaced without --overwrite; a folder with no held-out file is prepared too
+    (src / held).unlink()
+    assert cli.main(["prepare", "--data", str(src), "--run", str(tmp_path / "run")]) == 2
+    assert cli.main(["prepare", "--data", str(src), "--run", str(tmp_path / "run"), "--overwrite"]) == 0
+    assert json.loads((tmp_path / "run" / "data" / "prepared.json").read_text())["kept"] == 3
+    (tmp_path / "empty").mkdir()
+    assert cli.main(["prepare", "--data", str(tmp_path / "empty"), "--run", str(tmp_path / "run2")]) == 2
 
 
 def test_curve_scores_sample_grids_at_a_common_size(tmp_path):

@@ -27,26 +27,43 @@ def build_parser() -> argparse.ArgumentParser:
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog=__doc__ + "\nAlso: python -m training composites --help (the composite donor bank, "
                                                   "docs/composite.md; no run dir, no torch).\n")
-    ap.add_argument("stage", choices=STAGES)
+    ap.add_argument("stage", choices=STAGES, help="what to do (and `composites`, which has options of its own)")
     ap.add_argument("--data", help="prepare: folder of face photos; training: that folder or a prepared dir")
     ap.add_argument("--run", "--run-dir", dest="run", required=True,
                     help="experiment root, outside the repository (--run-dir: the same, for torchrun)")
     ap.add_argument("--config", help="JSON file deep-merged over the preset")
-    ap.add_argument("--preset", choices=PRESET_NAMES, default="cpu-small")
+    ap.add_argument("--preset", choices=PRESET_NAMES, default="cpu-small",
+                    help="the configuration to start from (training/config.py; default: cpu-small)")
     ap.add_argument("--resume", action="store_true", help="continue RUN/STAGE from its newest checkpoint")
     ap.add_argument("--steps", type=int, help="total steps of this stage (overrides the config)")
     ap.add_argument("--minutes", type=float,
                     help="stop this stage after training that long in this call (a checkpoint is written)")
     ap.add_argument("--init", help="starting weights: a stage dir, state .pt or generator .safetensors; "
                                    "'none' for random weights (default: the previous stage in RUN)")
-    ap.add_argument("--threads", type=int, help="torch intra-op threads (overrides the config)")
-    ap.add_argument("--device", choices=("auto", "cpu", "cuda"), help="overrides the config")
+    ap.add_argument("--threads", type=int, help="torch intra-op threads (default: the preset's)")
+    ap.add_argument("--device", choices=("auto", "cpu", "cuda"), help="default: the preset's (auto: CUDA if any)")
     ap.add_argument("--out", help="prepare: output dir (default RUN/data); export: default RUN/weights")
     ap.add_argument("--precision", choices=("fp16", "fp32"), default="fp16",
                     help="export: how the weights are stored (fp16 halves the shipped file)")
-    ap.add_argument("--limit", type=int, default=0, help="prepare: only the first N files (smoke runs)")
+    ap.add_argument("--limit", type=non_negative, default=0, help="prepare: only the first N files (0: all)")
     ap.add_argument("--resolution", type=int, help="prepare: crop size (default: the config's resolution)")
+    ap.add_argument("--overwrite", action="store_true",
+                    help="prepare and export: replace what an earlier call wrote to the same place")
     return ap
+
+
+def non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def error_line(exc: BaseException) -> str:
+    """A refusal of ours (ValueError, or an OSError we raised with a message) or the file system's, as one line."""
+    if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
+        return f"error: {exc.filename}: {exc.strerror}"
+    return f"error: {exc}"
 
 
 def load_config(args, stage_dir: Path) -> TrainConfig:
@@ -66,11 +83,22 @@ def load_config(args, stage_dir: Path) -> TrainConfig:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    try:
+        return _stage(args)
+    except (OSError, ValueError) as exc:  # a missing folder, nothing to train on, an output that exists
+        print(error_line(exc), file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # a second Ctrl-C during a step, or one outside training (prepare, export)
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def _stage(args) -> int:
     run = Path(args.run)
     if args.stage == "export":
         from .export import export
 
-        export(run, args.out, init=args.init, precision=args.precision, log=_log)
+        export(run, args.out, init=args.init, precision=args.precision, overwrite=args.overwrite, log=_log)
         return 0
     if not args.data:
         print("--data is required for this stage", file=sys.stderr)
@@ -79,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         from .data import prepare
 
         cfg = resolve(args.preset, args.config)
-        prepare(args.data, args.out or run / "data", args.resolution or cfg.resolution, limit=args.limit, log=_log)
+        prepare(args.data, args.out or run / "data", args.resolution or cfg.resolution, limit=args.limit,
+                overwrite=args.overwrite, log=_log)
         return 0
 
     import torch
@@ -117,4 +146,7 @@ def main(argv: list[str] | None = None) -> int:
          f"batch {cfg.batch} x {trainer.dist.world}, {torch.get_num_threads()} thread(s), {trainer.device}")
     trainer.run(minutes=args.minutes)
     _log(f"{args.stage}: stopped at step {trainer.step}; checkpoints in {stage_dir / 'checkpoints'}")
+    if trainer.interrupted:
+        _log(f"{args.stage}: interrupted; --resume continues from step {trainer.step}")
+        return 130
     return 0

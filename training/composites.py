@@ -127,9 +127,13 @@ def build(faces: str | Path, out: str | Path, *, k: int = 12, per_group: int = 2
         raise ValueError(f"k must be >= {MIN_K} (a composite of fewer faces is too close to one person), got {k}")
     margin = AlignConfig.margin
     folder = Path(faces)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"--faces {folder} is not a folder")
     files = sorted(p for p in folder.rglob("*") if p.suffix.lower() in (".jpg", ".jpeg", ".png"))
     if limit:
         files = files[:limit]
+    if not files:
+        raise ValueError(f"no .jpg or .png files in {folder}")
     detector = YuNetDetector(DetectConfig(input_size=0))
     groups: dict[tuple[str, str, str], list[Path]] = {}
     labels: dict[Path, tuple[int, int, int]] = {}
@@ -185,7 +189,9 @@ def build(faces: str | Path, out: str | Path, *, k: int = 12, per_group: int = 2
                             # which files were averaged, by digest only: the bank names no one
                             "members_sha256": hashlib.sha256("\n".join(p.name for p in chosen).encode()).hexdigest()})
     if not composites:
-        raise ValueError(f"{folder}: no group has {k} usable faces")
+        raise ValueError(f"{folder}: no group has {k} usable faces ({len(files)} files; skipped: "
+                         + ", ".join(f"{n} {SKIPPED_WHY.get(why, why)}" for why, n in skipped.items() if n)
+                         + "; names must read age_gender_race_*, as UTKFace's do)")
     classifier = fit_classifier([aligned[p] for p in sorted(aligned)], [labels[p] for p in sorted(aligned)],
                                 seed=seed, log=log)
     out = Path(out)
@@ -230,21 +236,55 @@ def build(faces: str | Path, out: str | Path, *, k: int = 12, per_group: int = 2
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m training composites", description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    ap.add_argument("--faces", required=True, help="folder of face photos named age_gender_race_* (UTKFace)")
-    ap.add_argument("--out", required=True, help="output folder (streamdeid/composites to ship it)")
-    ap.add_argument("--k", type=int, default=12, help=f"faces per composite (>= {MIN_K})")
-    ap.add_argument("--per-group", type=int, default=2, help="composites per race/gender/age group at most")
-    ap.add_argument("--size", type=int, default=112, help="composite side in pixels")
-    ap.add_argument("--limit", type=int, default=0, help="only the first N files (smoke runs)")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--faces", required=True, help="folder of face photos named age_gender_race_* (UTKFace), "
+                                                    "subfolders included")
+    ap.add_argument("--out", required=True, help="output folder (streamdeid/composites to ship it; "
+                                                  "streamdeid run --anonymizer composite --model DIR to use it)")
+    ap.add_argument("--k", type=int, default=12, help=f"faces per composite (>= {MIN_K}; default: 12)")
+    ap.add_argument("--per-group", type=at_least(1), default=2,
+                    help="composites per race/gender/age group at most (default: 2; the shipped bank: 3)")
+    ap.add_argument("--size", type=at_least(MIN_SIZE), default=112, help="composite side in pixels (default: 112)")
+    ap.add_argument("--limit", type=at_least(0), default=0, help="only the first N files (0: all)")
+    ap.add_argument("--seed", type=int, default=0, help="which faces go into which composite (default: 0)")
+    ap.add_argument("--overwrite", action="store_true", help="replace a bank already in --out")
     args = ap.parse_args(argv)
     try:
+        refuse_replacing(Path(args.out), args.overwrite)  # before a minute of work, not after it
         build(args.faces, args.out, k=args.k, per_group=args.per_group, size=args.size, limit=args.limit,
               seed=args.seed, log=lambda m: print(f"[{time.strftime('%H:%M:%S')}] {m}", flush=True))
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except (OSError, ValueError) as exc:
+        from .cli import error_line
+
+        print(error_line(exc), file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
     return 0
+
+
+MIN_SIZE = 32  # a composite smaller than this has no features to draw
+SKIPPED_WHY = {"heldout": "of the held-out split", "label": "without a usable label (age under 4, race 'others')",
+               "no_face": "without a face found", "turned": "turned heads", "duplicate": "near-duplicates",
+               "heldout_duplicate": "near-duplicates of held-out faces"}
+
+
+def at_least(low: int):
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
+        return value
+    return parse
+
+
+def refuse_replacing(out: Path, overwrite: bool) -> None:
+    """``out`` must be a folder (or not exist yet) without a bank in it, unless ``overwrite``."""
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"--out {out} is a file, not a folder")
+    there = [n for n in ("manifest.json", "bank.png", "sface.npy") if (out / n).exists()]
+    if there and not overwrite:
+        raise FileExistsError(f"{out} holds a bank already ({', '.join(there)}); pass --overwrite to replace it")
 
 
 if __name__ == "__main__":

@@ -53,7 +53,11 @@ def refuse_heldout(names: list[str]) -> None:
 
 
 # ---------------------------------------------------------------------- hashing
-def dhash(crop_rgb: np.ndarray, margin: float = 0.4, side: int = 16) -> np.ndarray:
+HASH_SIDE = 16
+HASH_WORDS = HASH_SIDE * HASH_SIDE // 64  # a dhash is this many uint64 words
+
+
+def dhash(crop_rgb: np.ndarray, margin: float = 0.4, side: int = HASH_SIDE) -> np.ndarray:
     """Difference hash of the face box of an aligned crop -> ``side * side`` bits as uint64 words.
 
     Only the ArcFace template box (the middle ``1 - margin`` of the crop) is hashed: the border of
@@ -159,14 +163,14 @@ def align_files(files: list[Path], detector, resolution: int, margin: float, log
 def duplicate_masks(crops: list[np.ndarray], held_hashes: list[np.ndarray], margin: float, max_distance: int
                     ) -> tuple[np.ndarray, np.ndarray]:
     """(near-duplicates of an earlier crop, near-duplicates of a held-out face only) as boolean masks."""
-    hashes = np.array([dhash(c, margin) for c in crops], dtype=np.uint64).reshape(len(crops), -1)
+    hashes = np.array([dhash(c, margin) for c in crops], dtype=np.uint64).reshape(len(crops), HASH_WORDS)
     dup = near_duplicates(hashes, max_distance)
-    held = np.array(held_hashes, dtype=np.uint64).reshape(len(held_hashes), -1)
+    held = np.array(held_hashes, dtype=np.uint64).reshape(len(held_hashes), HASH_WORDS)  # none: [0, 4]
     return dup, near_duplicates(hashes, max_distance, against=held) & ~dup
 
 
 def prepare(data_dir: str | Path, out_dir: str | Path, resolution: int, *, max_distance: int = 20,
-            limit: int = 0, log=print) -> PrepareReport:
+            limit: int = 0, overwrite: bool = False, log=print) -> PrepareReport:
     """Folder of face photos -> prepared dataset in ``out_dir`` (see module docstring)."""
     from streamdeid.config import AlignConfig, DetectConfig
     from streamdeid.detect import create_detector
@@ -174,10 +178,15 @@ def prepare(data_dir: str | Path, out_dir: str | Path, resolution: int, *, max_d
     data_dir, out_dir = Path(data_dir), Path(out_dir)
     if not data_dir.is_dir():
         raise FileNotFoundError(f"--data {data_dir} is not a folder")
+    if (out_dir / PREPARED_FILE).exists() and not overwrite:
+        raise FileExistsError(f"{out_dir} holds a prepared dataset already (a run may be training on it); "
+                              "pass --overwrite to replace it, or --out elsewhere")
     t0 = time.time()
     files = list_images(data_dir)
     if limit:
         files = files[:limit]
+    if not files:
+        raise ValueError(f"no images ({', '.join(sorted(IMAGE_SUFFIXES))}) in {data_dir}")
     margin = AlignConfig().margin
     detector = create_detector(DetectConfig(input_size=320, score_threshold=0.5))
     refused = [f.name for f in files if is_heldout(f)]
@@ -188,6 +197,10 @@ def prepare(data_dir: str | Path, out_dir: str | Path, resolution: int, *, max_d
     keep = ~(dup | held_dup)
     kept_names = [nm for nm, k in zip(names, keep) if k]
     refuse_heldout(kept_names)  # belt and braces: never write a held-out name into train.txt
+    if not kept_names:
+        raise ValueError(f"no face to train on in {data_dir}: {len(files)} files, {len(no_face)} without a face, "
+                         f"{len(unreadable)} unreadable, {len(refused)} of the held-out split, "
+                         f"{int((dup | held_dup).sum())} near-duplicates")
     out_dir.mkdir(parents=True, exist_ok=True)
     arr = np.stack([c for c, k in zip(crops, keep) if k]) if kept_names else np.zeros((0, resolution, resolution, 3), np.uint8)
     np.save(out_dir / CROPS_FILE, arr)

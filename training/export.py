@@ -68,13 +68,19 @@ def load_generator(src: Path) -> tuple[DBAF, dict]:
 
 
 def export(run_root: str | Path, out_dir: str | Path | None = None, *, init: str | None = None,
-           dataset: str = "", opset: int = 17, precision: str = "fp16", log=print) -> dict:
+           dataset: str = "", opset: int = 17, precision: str = "fp16", overwrite: bool = False,
+           log=print) -> dict:
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, not {precision!r}")
     run_root = Path(run_root)
     out = Path(out_dir) if out_dir else run_root / "weights"
-    out.mkdir(parents=True, exist_ok=True)
     src = find_source(run_root, init)
+    there = [p.name for p in (out / "manifest.json", *out.glob("dbaf*.onnx"), *out.glob("dbaf*.safetensors"))
+             if p.exists()] if out.is_dir() else []
+    if there and not overwrite:
+        raise FileExistsError(f"{out} holds exported weights already ({', '.join(there)}); pass --overwrite to "
+                              "replace them, or --out elsewhere")
+    out.mkdir(parents=True, exist_ok=True)
     model, info = load_generator(src)
     if info["stage"] != "anonymize":
         log(f"export: WARNING the newest checkpoint is of stage {info['stage']!r}, not 'anonymize': "

@@ -41,7 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", help="JSON file deep-merged over the preset, for every stage")
     ap.add_argument("--preset", default="cpu-small")
     ap.add_argument("--init", default="none", help="the first stage's starting weights (default: random)")
-    ap.add_argument("--out", help="export: output dir (default RUN/weights)")
+    ap.add_argument("--out", help="export: output dir (default RUN/weights, which a resumed plan replaces)")
+    ap.add_argument("--overwrite", action="store_true", help="export: replace weights already in --out")
     ap.add_argument("--no-export", action="store_true")
     args = ap.parse_args(argv)
     try:
@@ -63,7 +64,10 @@ def main(argv: list[str] | None = None) -> int:
             return rc
         cli._log(f"plan: {stage} took {(time.time() - t0) / 60:.1f} min")
     if not args.no_export:
-        return cli.main(["export", "--run", args.run, *(["--out", args.out] if args.out else [])])
+        # the run's own weights folder is the plan's to replace (a resumed plan exports again); --out is the user's
+        replace = args.overwrite or not args.out
+        return cli.main(["export", "--run", args.run, *(["--out", args.out] if args.out else []),
+                         *(["--overwrite"] if replace else [])])
     return 0
 
 

@@ -21,7 +21,9 @@ from __future__ import annotations
 import copy
 import json
 import os
+import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -83,6 +85,35 @@ class Dist:
             offset += n
 
 
+
+class StopOnSignal:
+    """Ctrl-C or SIGTERM during a one-process run: finish the step, write a checkpoint, stop (``requested``).
+    A second signal stops at once. Several processes (torchrun) keep the default handling: their ranks
+    must stop at one step, which a signal seen at different moments does not give."""
+
+    def __init__(self, active: bool, log) -> None:
+        self.active = active and threading.current_thread() is threading.main_thread()
+        self.requested = False
+        self._log = log
+        self._old: dict[int, object] = {}
+
+    def __enter__(self) -> StopOnSignal:
+        if self.active:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                if signal.getsignal(sig) is not signal.SIG_IGN:  # nohup, a background job: left as they are
+                    self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._old.items():
+            signal.signal(sig, handler)
+
+    def _handle(self, signum, frame) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        self._log(f"{signal.Signals(signum).name}: stopping after this step with a checkpoint (again to stop now)")
+
 def git_commit() -> str:
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
@@ -135,6 +166,7 @@ class Trainer:
         self.run_root = Path(run_root)
         self.dir = self.run_root / self.name
         self.log = log
+        self.interrupted = False  # the last run() ended on Ctrl-C or SIGTERM (after a checkpoint)
         self.dist = Dist(cfg.device)
         self.device = self.dist.device
         if cfg.threads > 0:
@@ -384,10 +416,9 @@ class Trainer:
         """Train until ``total_steps`` (default: the stage's ``steps``); ``stop_after`` ends early
         after that many steps of this call (tests, timing); ``minutes`` ends early once this call has
         trained that long, with a checkpoint and samples (a time-boxed run on a lent GPU).
-        Returns the per-step loss records."""
+        Ctrl-C or SIGTERM ends early too, with a checkpoint (``interrupted``). Returns the per-step loss records."""
         total = self.st.steps if total_steps is None else total_steps
         deadline = time.time() + 60 * minutes if minutes else None
-        cfg = self.cfg
         if self.dist.main:
             self.write_config()
             self._log_line({"event": "start", "step": self.step, "total": total, "time": time.time(),
@@ -396,6 +427,21 @@ class Trainer:
         self.G.train()
         if self.D is not None:
             self.D.train()
+        with StopOnSignal(self.dist.world == 1, self.log) as stop:
+            records, timed_out = self._steps(total, stop_after, deadline, stop)
+        if self.dist.main and self.interrupted:
+            self._log_line({"event": "interrupted", "step": self.step, "time": time.time()})
+        elif self.dist.main and timed_out:
+            self._log_line({"event": "time budget", "step": self.step, "minutes": minutes, "time": time.time()})
+        if self.dist.main and (self.step == total or timed_out) and not self.interrupted and records:
+            self.write_samples()
+        return records
+
+    def _steps(self, total: int, stop_after: int | None, deadline: float | None, stop: StopOnSignal
+               ) -> tuple[list[dict], bool]:
+        """The training loop of ``run``: steps until ``total``, ``stop_after`` steps, the deadline or a signal.
+        Returns the loss records and whether the deadline (or a signal) ended it."""
+        cfg = self.cfg
         records, pending, t_window, t_last_ckpt, done, in_window = [], [], time.time(), time.time(), 0, 0
         t_run, elapsed0 = time.time(), self.elapsed
         timed_out = False
@@ -413,7 +459,8 @@ class Trainer:
             self.elapsed = elapsed0 + time.time() - t_run  # wall time: a GPU runs behind the host's launches
             pending.append((self.step, losses))
             in_window += 1
-            timed_out = deadline is not None and time.time() >= deadline
+            self.interrupted = stop.requested
+            timed_out = (deadline is not None and time.time() >= deadline) or self.interrupted
             ends = self.step == total or timed_out or (stop_after is not None and done >= stop_after)
             if self.step % cfg.log_every == 0 or ends:
                 flushed = self._flush(pending)  # waits for the GPU: the window's wall time is real
@@ -433,8 +480,4 @@ class Trainer:
                 pending = []
                 self.save()
                 t_last_ckpt = time.time()
-        if self.dist.main and timed_out:
-            self._log_line({"event": "time budget", "step": self.step, "minutes": minutes, "time": time.time()})
-        if self.dist.main and (self.step == total or timed_out) and records:
-            self.write_samples()
-        return records
+        return records, timed_out
