@@ -101,7 +101,7 @@ def main(verbose: bool) -> None:
 @click.option("--rejoin", type=click.FloatRange(min=0), default=2.0, show_default=True, help="Seconds after it was lost that a face's track is still kept past --remember, taken up again only by a detection that shows the same face's pixels: a face that leaves the picture (a camera sweeping back over a crowd) or is hidden keeps its track, and a stranger standing where it was lost does not take it. Up to --remember: no such check.")
 @click.option("--lookahead", type=click.FloatRange(min=0), default=0.5, show_default=True, help="Seconds a new face is also covered before its first detection.")
 @click.option("--mask", type=click.Choice(["ellipse", "hull"]), default="ellipse", show_default=True, help="Shape of the pasted region.")
-@click.option("--mask-margin", type=click.FloatRange(min=0), default=None, help="Grow the pasted region by this fraction of the face size.")
+@click.option("--mask-margin", type=click.FloatRange(min=0), default=None, help="Grow the pasted region by this fraction of the face size (default 0.15).")
 @click.option("--mask-feather", type=click.FloatRange(min=0), default=None, help="Width of the pasted region's soft edge, outside the fully covered face, as a fraction of the aligned crop's side. Default 0.02 for blur, mosaic and solid (area changed around every face, little else), 0.08 for dbaf (a generated face's seam fades out).")
 @click.option("--codec", default="libx264", show_default=True, help="Video encoder (e.g. libx264, libx265, ffv1 for lossless).")
 @click.option("--crf", type=click.IntRange(0, 63), default=18, show_default=True, help="Quality for x264/x265 (0 = lossless).")
@@ -335,10 +335,18 @@ def inspect(vault: str) -> None:
 
     from .vault import VaultReader
 
+    from .vault import vault_path_for
+
     if not Path(vault).exists():
         raise StreamdeidError(f"{vault}: no such vault")
-    with VaultReader(vault) as reader:
-        info = reader.inspect()
+    beside = vault_path_for(Path(vault))
+    try:
+        with VaultReader(vault) as reader:
+            info = reader.inspect()
+    except StreamdeidError as exc:
+        if "not a streamdeid vault" in str(exc) and beside.is_file():  # the output given for its vault
+            raise StreamdeidError(f"{exc}; its vault is {beside}") from None
+        raise
     click.echo(json.dumps(info, indent=2, default=str))
     # the records are encrypted and authenticated with keys inspect does not have: say what was not checked
     click.echo("streamdeid: the layout was read without a key; the records' authenticity is checked by "

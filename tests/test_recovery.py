@@ -489,6 +489,10 @@ def test_inspect_shows_nothing_secret(lossless):
         assert load_key(lossless["key"]).track_key(bytes.fromhex(info["video_id"]), tid).hex() not in text
     # Nothing face-like in the clear: no PNG signature anywhere in the vault.
     assert b"\x89PNG" not in lossless["vault"].read_bytes()
+    # the output given for its vault: one line that names the vault beside it (python -m streamdeid as well)
+    proc = subprocess.run([sys.executable, "-m", "streamdeid", "inspect", str(lossless["out"])],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and proc.stderr.strip().endswith(f"its vault is {lossless['vault']}"), proc.stderr
 
 
 # --------------------------------------------------------------------------- missing key file
