@@ -60,6 +60,23 @@ def test_feather_is_monotone_and_outside_the_face(kind):
     assert set(np.unique(hard)) <= {0.0, 1.0}
 
 
+def test_a_large_crops_edge_stays_smooth_when_enlarged():
+    """A 128 px crop pasted on a 500 px face is enlarged 4x: its mask's edge must not show the crop's pixel
+    steps. Along the lower flank of the ellipse, where the 0.5 level crosses each row of the enlarged mask
+    moves smoothly from row to row (a staircase jumps by whole crop pixels)."""
+    cfg = BlendConfig().resolved(generated=False)  # a cover's thin feather: 2.6 crop pixels
+    m = face_mask(128, cfg)
+    big = cv2.resize(m, (512, 512), interpolation=cv2.INTER_LINEAR)
+    xs = []
+    for row in big[250:470, :256]:
+        i = int(np.argmax(row >= 0.5))
+        xs.append(i - 1 + (0.5 - row[i - 1]) / (row[i] - row[i - 1]))
+    assert np.abs(np.diff(xs, 2)).max() < 2.0  # the staircase gave 5.6
+    # the face zone is the one drawn at the crop's own size, covered whole
+    hard = face_mask(128, BlendConfig(feather=0.0))
+    np.testing.assert_array_equal(m == 1.0, hard == 1.0)
+
+
 def test_margin_grows_the_mask_and_landmarks_place_it():
     small = face_mask(S, _generated(margin=0.0), None, align_margin=0.4)
     big = face_mask(S, _generated(margin=0.2), None, align_margin=0.4)
