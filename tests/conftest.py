@@ -44,12 +44,15 @@ def run_cli(*args: str, input: bytes | None = None, timeout: float = 300) -> sub
 
 
 def make_video(path: Path, frames: list[np.ndarray], *, fps: int = 25, codec: str = "libx264",
-               pts: list[int] | None = None, time_base: Fraction | None = None) -> Path:
-    """Encode BGR frames ([H, W, 3] uint8) into ``path`` with PyAV."""
+               pts: list[int] | None = None, time_base: Fraction | None = None, rotation: int = 0) -> Path:
+    """Encode BGR frames ([H, W, 3] uint8) into ``path`` with PyAV (``rotation``: a display matrix's degrees,
+    counter-clockwise, over frames given as stored)."""
     h, w = frames[0].shape[:2]
     with av.open(str(path), "w") as c:
         s = c.add_stream(codec, rate=fps)
         s.width, s.height = w, h
+        if rotation:
+            s.set_display_rotation(rotation)
         s.pix_fmt = "yuv444p" if (w % 2 or h % 2) and codec == "libx264" else "yuv420p"
         if time_base is not None:
             s.time_base = time_base

@@ -223,6 +223,34 @@ def test_odd_size_and_no_faces(tmp_path: Path) -> None:
     assert "0 faces" in proc.stderr.decode()
 
 
+def test_a_phones_sideways_video_is_covered_as_it_is_shown(tmp_path: Path, media: Path) -> None:
+    """A phone stores portrait video sideways under a display matrix. Faces are found and covered as a player
+    shows them: each turned copy gives the upright run's faces and, turned upright, its output."""
+    frames = []
+    with av.open(str(media / "face-demographics-walking-and-pause.mp4")) as c:
+        for i, f in enumerate(c.decode(video=0)):
+            if i == 12:
+                break
+            frames.append(f.to_ndarray(format="bgr24"))
+    outputs = {}
+    for degrees in (0, 90, -90, 180):
+        turns = (degrees // 90) % 4
+        stored = [np.ascontiguousarray(np.rot90(f, -turns)) for f in frames]  # what upright() undoes
+        src = make_video(tmp_path / f"in{turns}.mp4", stored, rotation=degrees)
+        out = tmp_path / f"out{turns}.mp4"
+        proc = run_cli("run", str(src), "-o", str(out), "--anonymizer", "solid", "--no-progress")
+        assert proc.returncode == 0, _err_line(proc)
+        with av.open(str(out)) as c:  # stored as the input was, under the same display matrix
+            assert (c.streams.video[0].width, c.streams.video[0].height) == stored[0].shape[1::-1]
+            assert round(next(c.decode(video=0)).rotation) % 360 == degrees % 360
+        outputs[degrees] = ([np.rot90(f, turns) for f in decode(out)], proc.stderr.decode().split(" faces")[0])
+    upright, line = outputs[0]
+    assert int(line.split()[-1]) >= 24  # three people on 12 frames
+    for degrees, (shown, said) in outputs.items():
+        assert said == line, degrees
+        assert np.mean([np.abs(a.astype(int) - b).mean() for a, b in zip(upright, shown)]) < 2.0, degrees
+
+
 def test_hundred_faces_in_one_image(tmp_path: Path, media: Path) -> None:
     face = cv2.imread(str(media / "obama.jpg"))
     face = cv2.resize(face, (60, 80))

@@ -123,16 +123,20 @@ def test_reader_properties(tmp_path: Path) -> None:
     source = tmp_path / "in.mp4"
     make_video(source, pts=list(range(10)), audio_seconds=0.2, rotation=90)
     with open_source(str(source)) as src:
-        assert (src.width, src.height, src.rotation, src.is_live) == (64, 48, 90, False)
+        # frames come upright, as a player shows them: the stored 64 x 48 turned a quarter
+        assert (src.width, src.height, src.rotation, src.is_live) == (48, 64, 90, False)
         assert src.has_audio and src.audio_stream is not None
         assert src.average_rate == 25 and src.frame_count == 10
         assert src.duration == pytest.approx(0.4, abs=0.05)
         assert "mp4" in src.format_name
         first = next(src.frames())
-        assert first.index == 0 and first.image.dtype == np.uint8
+        assert first.index == 0 and first.image.dtype == np.uint8 and first.image.shape == (64, 48, 3)
     transcode(source, tmp_path / "out.mp4")
     with open_source(str(tmp_path / "out.mp4")) as out:
-        assert out.rotation == 90
+        # stored as the input was, under the same display matrix
+        stream = out.video_stream.codec_context
+        assert out.rotation == 90 and (stream.width, stream.height) == (64, 48)
+        assert (out.width, out.height) == (48, 64)
 
 
 def test_odd_size_keeps_resolution(tmp_path: Path) -> None:

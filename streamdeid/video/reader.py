@@ -30,6 +30,7 @@ from av.video.reformatter import Interpolation, VideoReformatter
 
 from streamdeid.types import Frame, StreamdeidError
 from streamdeid.video.planes import planes_of, to_bgr
+from streamdeid.video.rotation import quarter_turns, upright
 
 # Input classification and opening live in .inputs; these names stay importable
 # from here because the writers, the CLI and streamdeid.live import them from
@@ -130,18 +131,22 @@ class VideoSource:
         self._closed = False
         self._decode_errors = 0
         self.end_reason: str | None = None  # why reading stopped early (an error), else None
-        self.rotation = 0
+        self.rotation = 0  # the display matrix's, degrees counter-clockwise (the writer keeps it)
+        self._turns = 0  # quarter turns that make a stored frame upright (video/rotation.py)
         self.color = ColorInfo()
         self._prime()
 
     # ----------------------------------------------------------- properties
     @property
     def width(self) -> int:
-        return int(self._video.codec_context.width)
+        """Of the frames this source yields: upright, as a player shows them (video/rotation.py)."""
+        ctx = self._video.codec_context
+        return int(ctx.height if self._turns % 2 else ctx.width)
 
     @property
     def height(self) -> int:
-        return int(self._video.codec_context.height)
+        ctx = self._video.codec_context
+        return int(ctx.width if self._turns % 2 else ctx.height)
 
     @property
     def average_rate(self) -> Fraction | None:
@@ -310,13 +315,15 @@ class VideoSource:
     def _to_frame(self, vf: av.VideoFrame) -> Frame:
         if self._index == 0:
             self.rotation = _rotation_of(vf)
+            self._turns = quarter_turns(self.rotation)
             self.color = ColorInfo(
                 int(vf.colorspace), int(vf.color_range), int(vf.color_primaries), int(vf.color_trc)
             )
-        image = to_bgr(vf, self._interpolation, self._reformatter)
+        # turned upright: faces stored sideways (a phone's portrait video) are found and covered as shown
+        image = upright(to_bgr(vf, self._interpolation, self._reformatter), self._turns)
         time_base = Fraction(vf.time_base) if vf.time_base else self.time_base
         pts = vf.pts if vf.pts is not None else self._guess_pts(time_base)
-        yuv = planes_of(vf) if self._keep_planes else None
+        yuv = planes_of(vf) if self._keep_planes and not self._turns else None  # the planes are as stored
         frame = Frame(index=self._index, image=image, pts=pts, time_base=time_base, yuv=yuv)
         self._index += 1
         self._last_pts = pts

@@ -78,7 +78,7 @@ class StreamWriter(VideoWriter):
             ext = ".mkv" if fmt in ("rtsp", "flv") else ".ts"  # codec checks only: both take H.264/AAC
         self._ext = ext
         self._stream_fmt = fmt
-        encoding = choose_video_encoding(self._config, self._template.width, self._template.height, ext)
+        encoding = choose_video_encoding(self._config, *self._stored_size(), ext)
         if encoding.codec in X264_LIVE_CODECS:
             encoding.options = {**encoding.options, **LIVE_X264}
             rate = self._template.average_rate

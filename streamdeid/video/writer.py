@@ -48,6 +48,7 @@ from streamdeid.video.finish import faststart_copy
 from streamdeid.video.partial import check_overwrite, claim_partial, partial_path_for, publish, write_image
 from streamdeid.video.inputs import AV_ERRORS
 from streamdeid.video.reader import AudioPacket, ColorInfo, error_reason
+from streamdeid.video.rotation import as_stored, quarter_turns, stored_size
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +110,7 @@ class VideoWriter:
         self._ext = self.path.suffix.lower()
         fmt = output_format(self._ext)
         check_overwrite(self.path, self._config.overwrite)
-        self._encoding = choose_video_encoding(self._config, self._template.width, self._template.height, self._ext)
+        self._encoding = choose_video_encoding(self._config, *self._stored_size(), self._ext)
         self._claim = claim_partial(self.partial_path, self.path)
         try:
             return av.open(str(self.partial_path), mode="w", format=fmt, options=muxer_options(self._ext))
@@ -245,7 +246,8 @@ class VideoWriter:
             raise StreamdeidError(f"codec {enc.codec} cannot be stored in {self._ext} files (try .mkv)")
         rate = t.average_rate if t.average_rate and t.average_rate > 0 else None
         stream = self._container.add_stream(enc.codec, rate=rate, options=enc.options)
-        stream.width, stream.height, stream.pix_fmt = t.width, t.height, enc.pix_fmt
+        # frames come upright (as shown) and are stored turned back, under the template's display matrix
+        (stream.width, stream.height), stream.pix_fmt = self._stored_size(), enc.pix_fmt
         time_base = t.time_base or Fraction(1, 1000)
         if enc.codec == "gif":
             time_base = GIF_TIME_BASE
@@ -287,7 +289,13 @@ class VideoWriter:
         return self._ext in UNQUERYABLE or codec in self._container.supported_codecs
 
     # ---------------------------------------------------------- encoding
+    def _stored_size(self) -> tuple[int, int]:
+        """(width, height) of the stored frames: the template's, turned back by its rotation."""
+        t = self._template
+        return stored_size(t.width, t.height, quarter_turns(t.rotation))
+
     def _to_video_frame(self, image: np.ndarray) -> av.VideoFrame:
+        image = as_stored(image, quarter_turns(self._template.rotation))
         if self._encoding.codec == "gif":
             return av.VideoFrame.from_ndarray((gif.quantize(image), gif.PALETTE), format="pal8")
         vf = av.VideoFrame.from_ndarray(image, format="bgr24")
