@@ -44,11 +44,13 @@ def run_cli(*args: str, input: bytes | None = None, timeout: float = 300) -> sub
 
 
 def make_video(path: Path, frames: list[np.ndarray], *, fps: int = 25, codec: str = "libx264",
-               pts: list[int] | None = None, time_base: Fraction | None = None, rotation: int = 0) -> Path:
+               pts: list[int] | None = None, time_base: Fraction | None = None, rotation: int = 0,
+               metadata: dict[str, str] | None = None) -> Path:
     """Encode BGR frames ([H, W, 3] uint8) into ``path`` with PyAV (``rotation``: a display matrix's degrees,
     counter-clockwise, over frames given as stored)."""
     h, w = frames[0].shape[:2]
     with av.open(str(path), "w") as c:
+        c.metadata.update(metadata or {})
         s = c.add_stream(codec, rate=fps)
         s.width, s.height = w, h
         if rotation:

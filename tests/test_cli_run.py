@@ -360,13 +360,33 @@ def test_skip_existing_redoes_an_output_shorter_than_its_vault(tmp_path: Path, m
     make_video(folder / "c.mp4", face_frames(media, 3))
     args = ("run", str(folder), "-o", str(out), "--key-file", str(key), "--new-key", "--no-progress")
     assert run_cli(*args).returncode == 0
-    make_video(out / "a.mp4", face_frames(media, 2))
+    with av.open(str(out / "a.mp4")) as c:
+        ours = dict(c.metadata)  # the run's video id
+    make_video(out / "a.mp4", face_frames(media, 2), metadata=ours)
     before = _mtimes(out)
     proc = run_cli(*args, "--skip-existing")
     err = _err_line(proc)
     assert proc.returncode == 0 and "streamdeid: 1 ok, 0 failed, 1 skipped" in err.splitlines(), err
     assert len(decode(out / "a.mp4")) == 4 and _vault_info(out / "a.mp4.sdv")["complete"]
     assert _mtimes(out)["c.mp4"] == before["c.mp4"] and _mtimes(out)["c.mp4.sdv"] == before["c.mp4.sdv"]
+
+
+def test_skip_existing_never_takes_someone_elses_video_for_done_nor_replaces_it(tmp_path: Path, media: Path) -> None:
+    """A video at an output's name that streamdeid did not write (no video id of ours: the raw footage copied
+    there, say) is neither skipped as anonymized nor replaced without --overwrite, with a key or without."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    make_video(folder / "a.mp4", face_frames(media, 3))
+    for key_args in ((), ("--key-file", str(tmp_path / "k.key"), "--new-key")):
+        out = tmp_path / f"out{len(key_args)}"
+        out.mkdir()
+        (out / "a.mp4").write_bytes((folder / "a.mp4").read_bytes())
+        proc = run_cli("run", str(folder), "-o", str(out), "--skip-existing", "--no-progress", *key_args)
+        assert proc.returncode == 1 and "streamdeid did not write it" in proc.stderr.decode(), _err_line(proc)
+        assert (out / "a.mp4").read_bytes() == (folder / "a.mp4").read_bytes()
+        proc = run_cli("run", str(folder), "-o", str(out), "--skip-existing", "--overwrite", "--no-progress",
+                       *key_args)
+        assert proc.returncode == 0 and (out / "a.mp4").read_bytes() != (folder / "a.mp4").read_bytes()
 
 
 def test_skip_existing_is_for_folders(tmp_path: Path, media: Path) -> None:

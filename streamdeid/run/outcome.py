@@ -85,20 +85,42 @@ def write_report(path: str | Path, outcomes: list[FileOutcome], *, interrupted: 
         raise StreamdeidError(f"cannot write the report {target}: {exc.strerror}") from None
 
 
-def decoded_frame_count(path: Path) -> int:
-    """Frames of ``path``'s first video stream, decoded to the end; 0 when it does not decode cleanly."""
+def decoded_video(path: Path) -> tuple[int, str | None]:
+    """(frames of ``path``'s first video stream, decoded to the end; the streamdeid video id its metadata
+    carries, or None). (0, None) when it does not decode cleanly."""
+    from ..vault import read_video_id_tag
+
     try:
         with av.open(str(path)) as container:
             if not container.streams.video:
-                return 0
-            return sum(1 for _ in container.decode(video=0))
+                return 0, None
+            tag = read_video_id_tag(dict(container.metadata))
+            return sum(1 for _ in container.decode(video=0)), tag
     except (av.FFmpegError, OSError, EOFError, ValueError):
-        return 0
+        return 0, None
 
 
-def vault_covers(vault: Path, frames: int) -> bool:
-    """The vault is complete (END record, nothing damaged) and its faces lie within ``frames`` frames.
-    Uses only ``inspect()``'s "complete" and "frame_range" (the vault's internals may change)."""
+def decoded_frame_count(path: Path) -> int:
+    """Frames of ``path``'s first video stream, decoded to the end; 0 when it does not decode cleanly."""
+    return decoded_video(path)[0]
+
+
+def made_by_streamdeid(path: Path) -> bool:
+    """A video that carries a streamdeid video id in its metadata (every video output does): a file at an
+    output's name without one is someone's own, never to be skipped as done or replaced unasked."""
+    from ..vault import read_video_id_tag
+
+    try:
+        with av.open(str(path)) as container:
+            return read_video_id_tag(dict(container.metadata)) is not None
+    except (av.FFmpegError, OSError, EOFError, ValueError):
+        return False
+
+
+def vault_covers(vault: Path, frames: int, video_id: str | None = None) -> bool:
+    """The vault is complete (END record, nothing damaged), its faces lie within ``frames`` frames and, with
+    ``video_id``, it is that video's. Uses only ``inspect()``'s "complete", "frame_range" and "video_id" (the
+    vault's internals may change)."""
     from ..vault import VaultReader
 
     try:
@@ -107,14 +129,17 @@ def vault_covers(vault: Path, frames: int) -> bool:
     except (StreamdeidError, OSError):
         return False
     last = info["frame_range"][1] if info["frame_range"] else -1  # no face at all: no records
-    return bool(info["complete"]) and last + 1 <= frames
+    same = video_id is None or info.get("video_id") == video_id
+    return bool(info["complete"]) and last + 1 <= frames and same
 
 
 def output_is_complete(output: Path, vault: Path | None) -> bool:
-    """A previous run finished ``output`` (and ``vault``, when one is expected): safe to skip."""
+    """A previous run finished ``output`` (and ``vault``, when one is expected, of the same video): safe to
+    skip. An image carries no mark of ours: one that decodes counts as done."""
     if not output.is_file():
         return False
     if is_image(output):
         return cv2.imread(str(output), cv2.IMREAD_UNCHANGED) is not None
-    frames = decoded_frame_count(output)
-    return frames > 0 and (vault is None or vault_covers(vault, frames))
+    # a video streamdeid wrote carries its video id: any other file there (a copy of the footage itself) is not done
+    frames, video_id = decoded_video(output)
+    return frames > 0 and video_id is not None and (vault is None or vault_covers(vault, frames, video_id))

@@ -30,7 +30,7 @@ from ..video.partial import partial_path_for
 from ..video.stream_writer import is_stream_output
 from .models import Models
 from .options import RunOptions
-from .outcome import FAILED, OK, SKIPPED, FileOutcome, error_line, outcome, output_is_complete
+from .outcome import FAILED, OK, SKIPPED, FileOutcome, error_line, made_by_streamdeid, outcome, output_is_complete
 from .result import RunResult
 
 log = logging.getLogger(__name__)
@@ -158,12 +158,12 @@ class Runner:
         ran (None: skipped or failed). With ``skip_existing`` a finished output is skipped and one a crash
         left half-written is redone."""
         runner = self
-        if self.options.skip_existing:
-            vault_path = self.vault_for(src, dst)
-            if output_is_complete(dst, vault_path):
-                return outcome(src, dst, vault_path, SKIPPED), None
-            runner = self._redo(dst, vault_path)
         try:
+            if self.options.skip_existing:
+                vault_path = self.vault_for(src, dst)
+                if output_is_complete(dst, vault_path):
+                    return outcome(src, dst, vault_path, SKIPPED), None
+                runner = self._redo(dst, vault_path)
             res = runner._still(src, dst) if is_image(src) else runner._video(str(src), dst)
         except StreamdeidError as exc:
             return outcome(src, dst, None, FAILED, error=str(exc)), None
@@ -250,10 +250,13 @@ class Runner:
         return RunResult(out, total, files=outcomes)
 
     def _redo(self, dst: Path, vault_path: Path | None) -> Runner:
-        """``dst`` is not a finished output (``output_is_complete`` said no): what a previous run left there (a
-        half-written output, a vault without its END) is replaced."""
+        """``dst`` is not a finished output (``output_is_complete`` said no): what a previous run left there (an
+        output whose vault has no END, a vault alone) is replaced; a video of someone else's is not."""
         if not dst.exists() and not (vault_path is not None and vault_path.exists()):
             return self
+        if dst.exists() and not self.config.output.overwrite and not is_image(dst) and not made_by_streamdeid(dst):
+            raise StreamdeidError(f"{dst} exists and streamdeid did not write it (it carries no video id of "
+                                  "ours): pass --overwrite to replace it, or choose another output folder")
         log.warning("%s: the output a previous run left is incomplete; redoing it", dst)
         output = dataclasses.replace(self.config.output, overwrite=True)
         options = dataclasses.replace(self.options, config=dataclasses.replace(self.config, output=output))
