@@ -163,6 +163,15 @@ def test_live_source_reconnects_with_backoff_then_gives_up(tmp_path: Path) -> No
     assert src.counters.outages[1].ended is None
 
 
+def test_a_file_read_live_ends_at_its_end(tmp_path: Path) -> None:
+    """`run FILE --live`: the file's end is the feed's end, not an outage (reopened, it played forever)."""
+    clip = _small_video(tmp_path / "cam.mp4")
+    src = LiveSource(str(clip), LiveConfig(backoff_initial=0.01, backoff_max=0.02))
+    items = list(src)
+    assert [i.index for i in items if isinstance(i, Frame)] == list(range(10))
+    assert not any(isinstance(i, Discontinuity) for i in items) and src.counters.reconnects == 0
+
+
 def test_stamp_roundtrip() -> None:
     image = np.full((64, 320, 3), 90, np.uint8)
     stamp_time(image, 0xDEADBEEF)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import re
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -167,7 +168,8 @@ class LiveSource:
         self._timeline: _Timeline | None = None
         self._index = 0
         self.counters = SourceCounters()
-        self.reopenable = url != STDIN
+        # a camera or a stream comes back; a file read to its end is done (reopened, it played again forever)
+        self.reopenable = url != STDIN and not os.path.isfile(url)
         self.transport: str | None = None  # RTSP: the lower transport of the last connection
 
     # -------------------------------------------------- template properties
