@@ -472,6 +472,36 @@ def test_no_vault_flag(lossless, tmp_path):
     assert master_hex(lossless["key"]) not in (proc.stdout + proc.stderr).lower()
 
 
+def _remux(src: Path, dst: Path, frames: int | None = None) -> Path:
+    """``src``'s video packets into ``dst`` without its metadata (the video id): an upload or a remux."""
+    with av.open(str(src)) as inp, av.open(str(dst), "w") as out:
+        vin = inp.streams.video[0]
+        vout = out.add_stream_from_template(vin)
+        for n, packet in enumerate(p for p in inp.demux(vin) if p.dts is not None):
+            if frames is not None and n >= frames:
+                break
+            packet.stream = vout
+            out.mux(packet)
+    return dst
+
+
+def test_a_video_without_its_id_is_recovered_only_where_the_vault_fits(lossless, source_frames, tmp_path):
+    """The video id is gone (remuxed): the run's own vault still recovers it, with a warning; a vault whose
+    faces run past the video's end (another video's, or a cut copy) is an error unless --partial."""
+    whole = _remux(lossless["out"], tmp_path / "remuxed.mkv")
+    proc = cli("recover", whole, "--vault", lossless["vault"], "--key-file", lossless["key"], "--codec", "ffv1",
+               "-o", tmp_path / "r.mkv", "--no-progress", check_ok=True)
+    assert "cannot be confirmed as its vault" in proc.stderr
+    recovered = decode(tmp_path / "r.mkv")
+    assert len(recovered) == 56 and all(np.array_equal(a, b) for a, b in zip(recovered, source_frames))
+    cut = _remux(lossless["out"], tmp_path / "cut.mkv", frames=20)
+    proc = cli("recover", cut, "--vault", lossless["vault"], "--key-file", lossless["key"], "-o", tmp_path / "c.mkv",
+               "--no-progress")
+    assert proc.returncode == 1 and "past this video's 20" in proc.stderr and not (tmp_path / "c.mkv").exists()
+    cli("recover", cut, "--vault", lossless["vault"], "--key-file", lossless["key"], "-o", tmp_path / "c.mkv",
+        "--partial", "--no-progress", check_ok=True)
+
+
 # --------------------------------------------------------------------------- inspect
 
 

@@ -6,6 +6,7 @@ outputs, also ``--no-crops`` vaults) regenerates each face with G(x_ano, P_track
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +25,8 @@ from ..video.reader import open_source
 from ..threads import prefetch
 from ..video.writer import VideoWriter
 from .exact import load_recovery_key, records_by_frame, restore_frame
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -84,6 +87,9 @@ def recover(anonymized: str, dst: str | Path, *, key_file: str, vault: str | Pat
         tag = read_video_id_tag(source.metadata)
         if tag is not None and tag != reader.video_id.hex():
             raise StreamdeidError(f"{vault_path} belongs to another video than {src.name}")
+        if tag is None:  # remuxed or re-encoded elsewhere: only the faces' places and frames can tell
+            log.warning("%s carries no streamdeid video id (remuxed or re-encoded?): %s cannot be confirmed as "
+                        "its vault; its faces must fit this video's frames and size", src.name, vault_path.name)
         reader.check_key(key, tracks)
         notes: list[str] = []
         if mode == "exact":
@@ -98,7 +104,11 @@ def recover(anonymized: str, dst: str | Path, *, key_file: str, vault: str | Pat
         writer = VideoWriter(dst, source, config.output, metadata=dict(source.metadata))
         ok = False
         try:
-            frames = _restore_frames(source, groups, apply, writer, config.progress)
+            frames, beyond = _restore_frames(source, groups, apply, writer, config.progress)
+            if beyond and not allow_partial:
+                raise StreamdeidError(f"{vault_path.name} holds faces on {beyond} frame(s) past this video's "
+                                      f"{frames}: it is another video's vault, or this video was cut short "
+                                      "(pass --partial to recover what it has)")
             damage = str(reader.damage) if reader.damage is not None else None
             if damage and not allow_partial:
                 raise StreamdeidError(f"{damage} (pass --partial to write what could be recovered)")
@@ -109,8 +119,9 @@ def recover(anonymized: str, dst: str | Path, *, key_file: str, vault: str | Pat
                          getattr(apply, "within_others", 0))
 
 
-def _restore_frames(source, groups, apply, writer: VideoWriter, progress: bool) -> int:
-    """Every item of ``source`` to ``writer``, each frame with its vault records applied; the frame count."""
+def _restore_frames(source, groups, apply, writer: VideoWriter, progress: bool) -> tuple[int, int]:
+    """Every item of ``source`` to ``writer``, each frame with its vault records applied; the frame count, and
+    how many frames of the vault lay past the video's end."""
     frames = 0
     pending = next(groups, None)
     for item in tqdm(source, total=source.frame_count, unit="frame", disable=not progress,
@@ -123,9 +134,10 @@ def _restore_frames(source, groups, apply, writer: VideoWriter, progress: bool) 
                 pending = next(groups, None)
             frames += 1
         writer.write(item)
+    beyond = int(pending is not None)
     for _ in groups:  # drain: a tampered record after the video's last frame still counts
-        pass
-    return frames
+        beyond += 1
+    return frames, beyond
 
 
 class _ExactRestore:
