@@ -77,6 +77,53 @@ def _report(path: Path) -> dict[str, dict]:
     return {Path(f["input"]).name: f for f in json.loads(path.read_text())["files"]}
 
 
+def _children(pid: int) -> list[int]:
+    kids = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                    kids.append(int(entry))
+        except (OSError, ValueError, IndexError):
+            continue
+    return kids
+
+
+@pytest.mark.slow
+def test_workers_leave_with_a_killed_driver_and_ctrl_c_prints_no_traceback(tmp_path: Path, media: Path) -> None:
+    import subprocess
+    import sys
+
+    src = tmp_path / "in"
+    src.mkdir()
+    shutil.copy(media / "one-by-one-person-detection.mp4", src / "long.mp4")  # about 10 s of work
+    args = [sys.executable, "-m", "streamdeid", "batch", str(src), "-o", str(tmp_path / "out"), "--no-progress"]
+
+    def busy_driver() -> subprocess.Popen:
+        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "out" / "long.partial.mp4").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return proc
+
+    driver = busy_driver()
+    workers = _children(driver.pid)
+    assert workers
+    driver.kill()  # SIGKILL: no cleanup in the driver
+    driver.wait()
+    deadline = time.monotonic() + 10
+    while any(os.path.exists(f"/proc/{w}") for w in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [w for w in workers if os.path.exists(f"/proc/{w}")], "a worker outlived its driver"
+
+    shutil.rmtree(tmp_path / "out")  # the partial the killed run left
+    driver = busy_driver()  # Ctrl-C reaches the whole group, as from a terminal
+    os.killpg(driver.pid, signal.SIGINT)
+    err = driver.communicate(timeout=60)[1].decode()
+    assert driver.returncode == 130 and "Traceback" not in err, (driver.returncode, err)
+    assert "streamdeid: WARNING: interrupted:" in err  # the worker's line, in the CLI's form
+
+
 @pytest.mark.slow
 def test_local_pool_matches_run_resumes_and_retries(tmp_path: Path, media: Path) -> None:
     src = _clips(media, tmp_path / "in")

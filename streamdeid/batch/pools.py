@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
+import signal
+import threading
+import time
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor
 from concurrent.futures import wait as wait_futures
@@ -25,14 +29,48 @@ log = logging.getLogger(__name__)
 _WORKER: BatchWorker | None = None  # the worker of a local pool process
 
 
-def _init_local(opts: dict[str, Any]) -> None:
+ORPHAN_POLL_SECONDS = 1.0
+
+
+def _init_local(opts: dict[str, Any], level: int = logging.WARNING) -> None:
     global _WORKER
+    # Ctrl-C reaches the whole process group: a worker between files has nothing to stop (the driver ends the
+    # pool), so only a file in progress is interrupted (_run_local), and an idle worker prints no traceback
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _exit_with_the_driver()
+    _log_as_the_driver(level)
     _WORKER = BatchWorker(opts)
+
+
+def _log_as_the_driver(level: int) -> None:
+    """A spawned process starts with no logging set up: its warnings get the CLI's form and level."""
+    from ..redact import redact_logging
+
+    logging.basicConfig(level=level, format="streamdeid: %(levelname)s: %(message)s")
+    redact_logging()
+
+
+def _exit_with_the_driver() -> None:
+    """A driver killed outright (SIGKILL, OOM) leaves its workers to init: they would finish their file and
+    then wait for work forever. Each leaves as soon as its parent is gone (the file in progress stays a
+    partial file, which the next run redoes)."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(ORPHAN_POLL_SECONDS)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="streamdeid-orphan-watch", daemon=True).start()
 
 
 def _run_local(task: Task, attempt: int):
     assert _WORKER is not None
-    return _WORKER.process(task, attempt)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C stops this file (its partial is kept)
+    try:
+        return _WORKER.process(task, attempt)
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 class LocalPool:
@@ -46,8 +84,9 @@ class LocalPool:
         self._inflight: dict = {}
 
     def _start(self) -> ProcessPoolExecutor:
+        level = logging.getLogger("streamdeid").getEffectiveLevel()
         return ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
-                                   initializer=_init_local, initargs=(self.opts,))
+                                   initializer=_init_local, initargs=(self.opts, level))
 
     def pids(self) -> list[int]:
         return list(getattr(self._executor, "_processes", {}) or {})
