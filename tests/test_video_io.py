@@ -139,6 +139,18 @@ def test_reader_properties(tmp_path: Path) -> None:
         assert (out.width, out.height) == (48, 64)
 
 
+def test_mpegts_aac_goes_into_mp4(tmp_path: Path) -> None:
+    """MPEG-TS (a pipe, `-o -`) carries AAC with ADTS headers, which MP4 refuses as they are: the audio is
+    re-encoded there (the run failed with "Operation not permitted"), copied into Matroska."""
+    source = tmp_path / "in.ts"
+    make_video(source, pts=list(range(25)), audio_seconds=1.0)
+    for ext, mode in ((".mp4", "reencode"), (".mkv", "copy")):
+        writer = transcode(source, tmp_path / f"out{ext}")
+        assert writer.audio_mode == mode
+        with av.open(str(tmp_path / f"out{ext}")) as out:
+            assert sum(1 for _ in out.decode(audio=0)) >= 40  # 1 s of 1024-sample AAC frames at 44.1 kHz
+
+
 def test_odd_size_keeps_resolution(tmp_path: Path) -> None:
     source = tmp_path / "odd.mkv"
     make_video(source, size=(641, 363), pts=[0, 1, 2], codec="ffv1", pix_fmt="yuv420p")

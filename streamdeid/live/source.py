@@ -194,6 +194,10 @@ class LiveSource:
         return self._template().rotation
 
     @property
+    def format_name(self) -> str:
+        return self._template().format_name
+
+    @property
     def color(self) -> ColorInfo:
         return self._template().color
 

@@ -53,6 +53,9 @@ from streamdeid.video.rotation import as_stored, quarter_turns, stored_size
 log = logging.getLogger(__name__)
 
 GIF_TIME_BASE = Fraction(1, 100)  # the GIF format stores delays in 1/100 s
+ADTS_FORMATS = frozenset({"mpegts", "aac"})  # demuxers whose AAC packets carry ADTS headers
+ASC_ONLY = frozenset({".mp4", ".m4v", ".mov"})  # muxers that refuse them
+
 # Correct rounding in BGR->YUV: swscale's default truncates (colours drift
 # darker at each encode); this costs little next to the encoder itself.
 BGR_TO_YUV = Interpolation.BILINEAR | Interpolation.ACCURATE_RND
@@ -269,7 +272,10 @@ class VideoWriter:
             log.warning("GIF has no audio track: the audio is dropped")
             return
         name = source.codec_context.name
-        if self._accepts(name):
+        # MPEG-TS (a pipe, our own `-o -`) carries AAC with ADTS headers, which MP4 and MOV refuse (EPERM at
+        # the first packet): re-encoded there, as PyAV cannot hand the muxer aac_adtstoasc's config in time
+        adts = name == "aac" and getattr(self._template, "format_name", "") in ADTS_FORMATS
+        if self._accepts(name) and not (adts and self._ext in ASC_ONLY):
             try:
                 self._audio_out = self._container.add_stream_from_template(source)
                 self._audio_copy = True
