@@ -109,6 +109,9 @@ def recover(anonymized: str, dst: str | Path, *, key_file: str, vault: str | Pat
                 raise StreamdeidError(f"{vault_path.name} holds faces on {beyond} frame(s) past this video's "
                                       f"{frames}: it is another video's vault, or this video was cut short "
                                       "(pass --partial to recover what it has)")
+            if beyond:
+                notes.append(f"the video ends after {frames} frames: the vault's faces on {beyond} later frame(s) "
+                             "had no frame to go to")
             damage = str(reader.damage) if reader.damage is not None else None
             if damage and not allow_partial:
                 raise StreamdeidError(f"{damage} (pass --partial to write what could be recovered)")

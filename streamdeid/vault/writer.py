@@ -101,8 +101,8 @@ class VaultWriter:
 
     Faces are buffered per track and written as one CHUNK record per track
     every ``chunk_frames`` frames (all tracks at the same frame, then fsync'ed),
-    so a crash loses at most the group in memory (about a second of video, and
-    the vault never runs ahead of the video). Frame indices must not go back
+    so a crash loses at most the group in memory (about a second of video; the
+    vault may hold a little more than the video, whose encoder buffers frames). Frame indices must not go back
     into a group already written. ``quality`` picks the crop codec
     (:data:`streamdeid.vault.crops.QUALITIES`: high, small, lossless).
     ``close()`` (or leaving a ``with`` block normally) writes the end records;
