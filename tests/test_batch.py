@@ -64,6 +64,12 @@ def test_manifests_and_folders(tmp_path: Path, media: Path) -> None:
     (tmp_path / "bad.csv").write_text(f"input,colour\n{media / CLIPS[0]},red\n")
     with pytest.raises(Exception, match="unknown column"):
         collect_tasks([str(tmp_path / "bad.csv")], tmp_path / "out", params)
+    # a flag column takes yes or no in click's words; a typo is not read as "no"
+    (tmp_path / "flags.csv").write_text(f"input,no-vault\n{media / CLIPS[0]},Yes\n")
+    assert collect_tasks([str(tmp_path / "flags.csv")], tmp_path / "out", params)[0].options == {"no_vault": True}
+    (tmp_path / "flags.csv").write_text(f"input,no-vault\n{media / CLIPS[0]},maybe\n")
+    with pytest.raises(Exception, match="'maybe' is not a yes or no"):
+        collect_tasks([str(tmp_path / "flags.csv")], tmp_path / "out", params)
 
 
 def _clips(media: Path, folder: Path) -> Path:

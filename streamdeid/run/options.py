@@ -176,6 +176,10 @@ def run_params(run_command: click.Command) -> list[click.Parameter]:
     return [p for p in run_command.params if p.name in BATCH_OPTIONS]
 
 
+FLAG_WORDS = {w: True for w in ("1", "true", "yes", "y", "on", "t")} | {
+    w: False for w in ("0", "false", "no", "n", "off", "f")}
+
+
 def manifest_options(params: list[click.Parameter], row: dict[str, str], where: str) -> dict[str, Any]:
     """A manifest row's option columns (``anonymizer``, ``--detect-every``, ``crf``...) converted by the
     same click types as on the command line, under ``run``'s names. Empty cells are left out."""
@@ -200,8 +204,11 @@ def manifest_options(params: list[click.Parameter], row: dict[str, str], where: 
             raise StreamdeidError(f"{where}: unknown column {column!r} (per-file options, named as run's: "
                                   f"{', '.join(columns)})")
         value = raw.strip()
-        if getattr(param, "is_flag", False):
-            value = value.lower() in ("1", "true", "yes", "y", "on")
+        if getattr(param, "is_flag", False):  # click's own words for a boolean; anything else is a typo
+            if value.lower() not in FLAG_WORDS:
+                raise StreamdeidError(f"{where}: {column}: {value!r} is not a yes or no (one of "
+                                      f"{', '.join(sorted(FLAG_WORDS))})")
+            value = FLAG_WORDS[value.lower()]
         try:
             out[param.name] = param.type_cast_value(ctx, value)
         except click.BadParameter as exc:
