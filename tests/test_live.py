@@ -172,6 +172,18 @@ def test_a_file_read_live_ends_at_its_end(tmp_path: Path) -> None:
     assert not any(isinstance(i, Discontinuity) for i in items) and src.counters.reconnects == 0
 
 
+def test_a_missing_output_folder_is_said_before_waiting_for_the_camera(tmp_path: Path) -> None:
+    from streamdeid.config import PipelineConfig
+    from streamdeid.live import run_live
+    from streamdeid.types import StreamdeidError
+
+    t0 = time.monotonic()
+    with pytest.raises(StreamdeidError, match="output folder does not exist"):  # port 9: nothing answers
+        run_live("rtsp://127.0.0.1:9/cam", str(tmp_path / "no" / "x.mp4"), PipelineConfig(progress=False),
+                 LiveConfig(max_retries=-1))
+    assert time.monotonic() - t0 < 10
+
+
 def test_stamp_roundtrip() -> None:
     image = np.full((64, 320, 3), 90, np.uint8)
     stamp_time(image, 0xDEADBEEF)

@@ -166,6 +166,8 @@ def run_live(
 
 def _run(source: str, output: str, config: PipelineConfig, live: LiveConfig, summary: LiveSummary,
          stop: threading.Event, hooks: LiveHooks) -> None:
+    if output != "-" and "://" not in output and not Path(output).parent.is_dir():  # before the camera's wait
+        raise StreamdeidError(f"output folder does not exist: {Path(output).parent}")
     src = LiveSource(source, live, stop, keep_planes=hooks.vault_factory is not None)  # segment vaults: planes
     try:
         src.connect()
