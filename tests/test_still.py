@@ -149,3 +149,35 @@ def test_a_dark_blurred_face_only_centerface_scores_is_covered(media, monkeypatc
     assert not holds(yunet_only[0].boxes)
     assert holds(found.boxes)
     assert len(found) - len(yunet_only[0]) <= 10  # CenterFace adds the faces YuNet missed, not a second copy
+
+
+def test_a_photo_larger_than_the_scan_is_also_looked_at_in_tiles_at_its_own_resolution():
+    """A 6000 px wide photo is scanned at 3840 (faces from 38 px); tiles at its own resolution find the
+    small faces the scan sees at 0.64 of their size: of 24 held-out faces pasted 18 px tall on a plain
+    wall, 20 with the tiles, 11 without. Reference: where the faces were pasted."""
+    from evaluation.heldout import heldout_names
+
+    if not UTK.is_dir():
+        pytest.skip(f"face images not found at {UTK}")
+    detector = create_detector(DetectConfig(input_size=0))
+    canvas = np.full((900, 6000, 3), 110, np.uint8)
+    pasted = []
+    names = sorted(heldout_names())
+    for name in names:
+        if len(pasted) == 24:
+            break
+        image = cv2.imread(str(UTK / name))
+        found = detector.detect(image) if image is not None else Detections.empty()
+        if len(found) != 1:
+            continue
+        box = found.boxes[0]
+        scale = 18 / (box[3] - box[1])  # the face 18 px tall
+        small = cv2.resize(image, None, fx=scale, fy=scale, interpolation=cv2.INTER_AREA)
+        x, y = 120 + 240 * len(pasted), 300 + 200 * (len(pasted) % 2)
+        canvas[y:y + small.shape[0], x:x + small.shape[1]] = small
+        pasted.append(box * scale + [x, y, x, y])
+    finder = StillFinder(FaceFinder(DetectConfig()))
+    assert finder.smallest_face(6000, 900) == 24.0 < finder.finder.smallest_face(6000, 900)
+    found = finder.find(canvas)
+    hits = sum(any(box_iou(f, p) > 0.3 for f in found.boxes) for p in pasted)
+    assert len(pasted) == 24 and hits >= 18, hits

@@ -53,6 +53,34 @@ def test_ids_stable_for_moving_faces():
     assert sorted(ids) == [1, 2, 3]
 
 
+def test_a_close_up_the_detector_loses_is_held_over_the_whole_frame_for_longer():
+    """A face spanning most of the frame that the detector loses has come closer than it can frame (a zoom, a
+    doorbell camera): held three seconds over the whole frame, whatever the closer looks say, unless a cut."""
+    from streamdeid.track.tracker import CLOSE_UP_HOLD_SECONDS
+
+    fps, size = 10.0, (480, 270)
+    never = lambda box: (True, None)  # noqa: E731  a look that finds no face
+    for close, cut_at in ((True, None), (False, None), (True, 12)):
+        tracker = FaceTracker(fps=fps, config=TrackConfig(hold_seconds=0.5))
+        h = 260.0 if close else 200.0  # 0.96 and 0.74 of the frame's height
+        for _ in range(3):
+            tracker.update(dets([face(240, 135, h=h)]), frame_size=size)
+        held = []
+        for k in range(int(CLOSE_UP_HOLD_SECONDS * fps) + 5):
+            out = tracker.update(Detections.empty(), verify=never, blind_below=1.0, frame_size=size,
+                                 cut=k == cut_at)
+            held.append(out[0].box if out else None)
+        covered = [b for b in held if b is not None]
+        if not close:  # the usual hold, ended early by two looks that find nothing
+            assert len(covered) <= 5
+        elif cut_at is not None:
+            assert len(covered) == cut_at
+        else:
+            assert len(covered) == int(CLOSE_UP_HOLD_SECONDS * fps)
+            # from the second held frame on (the first is drawn at its last box, widened)
+            assert all(b[0] < 0 and b[1] < 0 and b[2] > size[0] and b[3] > size[1] for b in covered[1:])
+
+
 def test_missed_detection_is_held_at_predicted_box_then_dropped():
     fps, hold = 10.0, 0.5  # 5 held frames
     tracker = FaceTracker(fps=fps, config=TrackConfig(hold_seconds=hold))

@@ -26,7 +26,8 @@ def run_still(src: Path, out: Path, config: PipelineConfig, renderer_for) -> Run
     image = read_image(src)
     t0 = time.perf_counter()
     finder = FaceFinder(config.detect)
-    dets = StillFinder(finder).find(image)  # a still has no second frame: every pass, weak faces too
+    still = StillFinder(finder)
+    dets = still.find(image)  # a still has no second frame: every pass, weak faces too
     faces = [TrackedFace(i + 1, dets.boxes[i], dets.landmarks[i], float(dets.scores[i]), "detected")
              for i in range(len(dets))]
     renderer: FrameRenderer = renderer_for()
@@ -43,7 +44,7 @@ def run_still(src: Path, out: Path, config: PipelineConfig, renderer_for) -> Run
     write_image(out, image, overwrite=config.output.overwrite)
     summary = RunSummary(frames=1, faces=len(faces), tracks=len(faces), fallbacks=renderer.fallbacks,
                          leak_fallbacks=renderer.leak_fallbacks, seconds=time.perf_counter() - t0,
-                         smallest_face=finder.smallest_face(image.shape[1], image.shape[0]),
+                         smallest_face=still.smallest_face(image.shape[1], image.shape[0]),
                          selection=decided.selection, decisions=decided.decisions)
     return RunResult(out, summary)
 

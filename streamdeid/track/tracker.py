@@ -101,6 +101,18 @@ COPY_SIZE_RATIO = 1.5
 # frame has left through the edge (FaceTracker._without_ended).
 DEPARTED_INSIDE = 0.4
 
+# A face whose detected box spans this share of the frame's height or width is a close-up: when the detector
+# loses it, it has most likely come closer still (a person leaning into a doorbell camera, a zoom), and a face
+# larger than the frame is one no detector finds. Its hold lasts CLOSE_UP_HOLD_SECONDS, ended only by a scene
+# cut or its own detection, not by closer looks nor by its box leaving the frame: on a zoom into the head-pose
+# clip the man's eyes, nose and mouth were left uncovered for 2 s once the hold of 0.5 s ran out. (Hamilton's
+# performer, the largest face of the shared clips, reaches 0.8 of its frame's height.)
+CLOSE_UP_SHARE = 0.9
+CLOSE_UP_HOLD_SECONDS = 3.0
+# ... and it is held over the whole frame: its box is the frame's, this much larger about its centre, so the
+# cover's ellipse reaches the corners (the face, closer than the camera can frame, may be anywhere in it).
+CLOSE_UP_COVER = 2.0
+
 # Largest centre speed of a held track, in box heights per frame.
 MAX_HELD_SPEED = 0.25
 
@@ -113,7 +125,7 @@ LOCATE_BETWEEN_PX = 64.0
 
 class _Track:
     __slots__ = ("track_id", "mean", "cov", "score", "landmarks_rel", "height", "misses", "lost_age", "hits",
-                 "confirmed", "provisional", "unseen", "doubts", "gone", "sure")
+                 "confirmed", "provisional", "unseen", "doubts", "gone", "sure", "close_up", "frame")
 
     def __init__(self, track_id: int, kf: KalmanFilter, box: np.ndarray, score: float, landmarks: np.ndarray,
                  config: TrackConfig, provisional: bool = False) -> None:
@@ -128,6 +140,8 @@ class _Track:
         self.doubts = 0  # closer looks in a row, since its last detection, that found no face (see update)
         self.gone = False  # its hold ended early: closer looks found the face gone (remembered, not covered)
         self.sure = False  # a detection scored config.high_score or more (see FaceTracker.sure_boxes)
+        self.close_up = False  # its last detection spanned CLOSE_UP_SHARE of the frame (see FaceTracker._report)
+        self.frame: tuple[int, int] | None = None  # (width, height) of that frame
         self._observe(box, score, landmarks, config)
 
     def _observe(self, box: np.ndarray, score: float, landmarks: np.ndarray, config: TrackConfig) -> None:
@@ -164,6 +178,7 @@ class FaceTracker:
         self.config = config or TrackConfig()
         self.fps = float(fps)
         self.hold_frames = max(0, int(round(self.config.hold_seconds * self.fps)))
+        self.close_up_frames = max(self.hold_frames, int(round(CLOSE_UP_HOLD_SECONDS * self.fps)))
         self.remember_frames = max(self.hold_frames, int(round(self.config.remember_seconds * self.fps)))
         self.rejoin_frames = max(self.remember_frames, int(round(self.config.rejoin_seconds * self.fps)))
         self._kf = KalmanFilter()
@@ -189,12 +204,15 @@ class FaceTracker:
     def _kept(self, t: _Track) -> bool:
         """Whether a track missed by the detector is still kept: held, or remembered if it was reported
         (until rejoin_frames; past remember_frames only a detection that shows its face continues it)."""
-        return t.lost_age <= self.hold_frames or (t.confirmed and t.lost_age <= self.rejoin_frames)
+        return t.lost_age <= self._hold(t) or (t.confirmed and t.lost_age <= self.rejoin_frames)
 
     def _holding(self, t: _Track) -> bool:
         """Whether a track is held (covered if confirmed): found at the last run, or missed within its hold
         and not found gone by closer looks."""
-        return t.lost_age <= self.hold_frames and not t.gone
+        return t.lost_age <= self._hold(t) and not t.gone
+
+    def _hold(self, t: _Track) -> int:
+        return self.close_up_frames if t.close_up else self.hold_frames
 
     def _new_id(self) -> int:
         tid = self._next_id
@@ -314,6 +332,7 @@ class FaceTracker:
         for t in tracks:
             di = det_of.get(id(t))
             if di is not None:
+                t.close_up, t.frame = frame_size is not None and _spans(dets.boxes[di], frame_size), frame_size
                 if t.confirmed:
                     out.append(TrackedFace(t.track_id, dets.boxes[di], dets.landmarks[di], float(dets.scores[di]),
                                            "detected"))
@@ -362,7 +381,8 @@ class FaceTracker:
             inside_w = np.clip(np.minimum(boxes[:, 2], w) - np.maximum(boxes[:, 0], 0), 0, None)
             inside_h = np.clip(np.minimum(boxes[:, 3], h) - np.maximum(boxes[:, 1], 0), 0, None)
             area = np.maximum((boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1]), 1e-6)
-            ended |= (inside_w * inside_h / area < DEPARTED_INSIDE) & np.array([t.unseen > 0 for _, t in held])
+            ended |= ((inside_w * inside_h / area < DEPARTED_INSIDE)
+                      & np.array([t.unseen > 0 and not t.close_up for _, t in held]))  # a close-up outgrows it
         for (_, t), end in zip(held, ended):
             t.gone = t.gone or bool(end)
         return [x for x, end in zip(held, ended) if not end]
@@ -385,7 +405,7 @@ class FaceTracker:
             return held
         if found is None:
             t.doubts += 1
-            if t.doubts >= DOUBTS_TO_END:
+            if t.doubts >= DOUBTS_TO_END and not t.close_up:  # a face larger than the frame is found by no look
                 t.gone = True
                 return None
             return held
@@ -418,6 +438,9 @@ class FaceTracker:
             mean, cov, height = _moved(mean, cov, height, motion)
         for t, m, c, h in zip(self._tracks, mean, cov, height):
             t.mean, t.cov, t.height = m, c, float(h)
+            if t.close_up and t.misses > 0 and t.frame is not None:  # held over the whole frame (CLOSE_UP_COVER)
+                w, h = t.frame
+                t.mean = np.concatenate([xyxy_to_xyah(_grown_frame(w, h)), np.zeros(4)])
 
     @staticmethod
     def _held(tracks: list[_Track], locate: Locate | None) -> list[TrackedFace]:
@@ -463,3 +486,15 @@ def _moved(mean: np.ndarray, cov: np.ndarray, height: np.ndarray,
     mean = mean @ jac.T
     mean[:, 0:2] += motion[:, 2]
     return mean, jac @ cov @ jac.T, height * scale
+
+
+def _spans(box: np.ndarray, frame_size: tuple[int, int]) -> bool:
+    """Whether ``box`` (x1 y1 x2 y2) spans CLOSE_UP_SHARE of the frame (width, height) on either axis."""
+    w, h = frame_size
+    return bool(box[3] - box[1] >= CLOSE_UP_SHARE * h or box[2] - box[0] >= CLOSE_UP_SHARE * w)
+
+
+def _grown_frame(width: int, height: int) -> np.ndarray:
+    """The frame's box [4] (x1 y1 x2 y2), CLOSE_UP_COVER larger about its centre."""
+    dx, dy = (CLOSE_UP_COVER - 1) * width / 2, (CLOSE_UP_COVER - 1) * height / 2
+    return np.array([-dx, -dy, width + dx, height + dy], np.float64)
