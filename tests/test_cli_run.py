@@ -251,6 +251,28 @@ def test_a_phones_sideways_video_is_covered_as_it_is_shown(tmp_path: Path, media
         assert np.mean([np.abs(a.astype(int) - b).mean() for a, b in zip(upright, shown)]) < 2.0, degrees
 
 
+def test_a_face_zoomed_closer_than_the_frame_stays_covered(tmp_path: Path, media: Path) -> None:
+    """A zoom into the man of the head-pose clip (7x by frame 24, about x=330, y=110) until his face overflows
+    the frame: the detector loses it there, and his eyes, nose and mouth were left uncovered on the last 13
+    frames. The close-up is held over the whole frame (track/tracker.py CLOSE_UP_*)."""
+    frames = []
+    with av.open(str(media / "head-pose-face-detection-female-and-male.mp4")) as c:
+        for i, f in enumerate(c.decode(video=0)):
+            if i == 40:
+                break
+            img = f.to_ndarray(format="bgr24")
+            h, w = img.shape[:2]
+            z = min(1 + i * 0.25, 7)
+            x0, y0 = np.clip(330 - w / z / 2, 0, w - w / z), np.clip(110 - h / z / 2, 0, h - h / z)
+            frames.append(cv2.warpAffine(img, np.array([[z, 0, -x0 * z], [0, z, -y0 * z]]), (w, h)))
+    src = make_video(tmp_path / "zoom.mp4", frames, fps=12)
+    out = tmp_path / "out.mp4"
+    proc = run_cli("run", str(src), "-o", str(out), "--anonymizer", "solid", "--no-progress")
+    assert proc.returncode == 0, _err_line(proc)
+    unchanged = [float((np.abs(a.astype(int) - b).max(2) < 12).mean()) for a, b in zip(decode(src), decode(out))]
+    assert len(unchanged) == 40 and max(unchanged[20:]) < 0.2, [round(u, 2) for u in unchanged]
+
+
 def test_hundred_faces_in_one_image(tmp_path: Path, media: Path) -> None:
     face = cv2.imread(str(media / "obama.jpg"))
     face = cv2.resize(face, (60, 80))
