@@ -243,3 +243,33 @@ def test_feather_is_chosen_by_anonymizer_and_never_thins_the_face():
                              anonymize=anonymize)
     mask, _ = renderer._mask_for(S)
     np.testing.assert_array_equal(mask, cover)
+
+
+def test_ownership_largest_weight_wins_and_a_lone_face_owns_what_it_changes():
+    """render._ownership against a per-pixel count over the whole frame: faces that meet share their pixels
+    by weight (ties to the earlier face), a face that meets none owns its changed pixels."""
+    from streamdeid.blend.paste import WarpedFace
+    from streamdeid.render import _ownership
+
+    rng = np.random.default_rng(3)
+    rois = [(10, 10, 30, 20), (30, 15, 25, 25), (100, 60, 20, 20), (45, 30, 10, 10), (200, 5, 8, 8)]
+    faces = []
+    for x, y, w, h in rois:
+        alpha = rng.choice([0.0, 0.5, 1.0], size=(h, w)).astype(np.float32)
+        faces.append(WarpedFace((x, y, w, h), alpha, np.zeros((h, w, 3), np.uint8)))
+    faces.insert(2, None)  # a face outside the frame
+    owned = _ownership(faces)
+    best = np.zeros((120, 240), np.float32)
+    owner = np.full((120, 240), -1)
+    for i, f in enumerate(faces):
+        if f is None:
+            continue
+        x, y, w, h = f.roi
+        wins = f.alpha > best[y:y + h, x:x + w]
+        best[y:y + h, x:x + w][wins] = f.alpha[wins]
+        owner[y:y + h, x:x + w][wins] = i
+    assert owned[2] is None
+    for i, f in enumerate(faces):
+        if f is not None:
+            x, y, w, h = f.roi
+            np.testing.assert_array_equal(owned[i], owner[y:y + h, x:x + w] == i)

@@ -94,6 +94,8 @@ def warp_to_frame(new_crop: np.ndarray, inverse: np.ndarray, mask: np.ndarray, f
     m = np.array(inverse, dtype=np.float64).reshape(2, 3)
     m[0, 2] -= x
     m[1, 2] -= y
+    if fill is None and not _touches_border(mask):
+        return WarpedFace(roi, *_warp_packed(new_crop, mask, m, w, h))
     alpha = cv2.warpAffine(np.asarray(mask, dtype=np.float32), m, (w, h), flags=cv2.INTER_LINEAR,
                            borderMode=cv2.BORDER_CONSTANT, borderValue=0.0)
     np.clip(alpha, 0.0, 1.0, out=alpha)
@@ -104,6 +106,24 @@ def warp_to_frame(new_crop: np.ndarray, inverse: np.ndarray, mask: np.ndarray, f
         pixels = cv2.warpAffine(np.ascontiguousarray(new_crop, dtype=np.uint8), m, (w, h), flags=cv2.INTER_LINEAR,
                                 borderMode=cv2.BORDER_REPLICATE)
     return WarpedFace(roi, alpha, pixels)
+
+
+def _touches_border(mask: np.ndarray) -> bool:
+    """Whether the mask has weight on the crop's outermost pixels (a generated face's wide feather on a small
+    crop): then the crop is warped with its edge replicated and the mask with zeros, apart."""
+    return bool(mask[0].any() or mask[-1].any() or mask[:, 0].any() or mask[:, -1].any())
+
+
+def _warp_packed(crop: np.ndarray, mask: np.ndarray, m: np.ndarray, w: int, h: int) -> tuple[np.ndarray, np.ndarray]:
+    """(alpha [h, w] float32, pixels [h, w, 3] uint8): the crop and its mask warped as one BGRA image, the mask
+    in 8 bits. One warp of 4 bytes a pixel instead of two of 3 and 4: at 1080p the warps were half of paste's
+    time (a 128 px crop on a 500 px face, 1.8 -> 0.8-1.0 ms). The face zone's 1.0 stays 255, so 1.0 again."""
+    weight = cv2.convertScaleAbs(np.asarray(mask, np.float32), alpha=255.0)  # rounds to nearest
+    packed = cv2.merge([*cv2.split(np.ascontiguousarray(crop, dtype=np.uint8)), weight])
+    warped = cv2.warpAffine(packed, m, (w, h), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT, borderValue=0)
+    alpha = cv2.extractChannel(warped, 3).astype(np.float32)
+    alpha *= np.float32(1 / 255)
+    return alpha, cv2.cvtColor(warped, cv2.COLOR_BGRA2BGR)
 
 
 def blend_into(frame: np.ndarray, warped: WarpedFace, *, color_match: bool = False) -> None:
