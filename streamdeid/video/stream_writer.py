@@ -64,6 +64,10 @@ class StreamWriter(VideoWriter):
         self.partial_path = None
         self._start(template, config, None)
 
+    def _keeps_rotation(self) -> bool:
+        """Only Matroska of the stream formats stores a display matrix (not MPEG-TS, RTSP or FLV)."""
+        return self._stream_fmt == "matroska"
+
     def _open_container(self) -> av.container.OutputContainer:
         """Open the target itself: no partial file, what was sent is sent."""
         import sys

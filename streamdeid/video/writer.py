@@ -53,6 +53,7 @@ from streamdeid.video.rotation import as_stored, quarter_turns, stored_size
 log = logging.getLogger(__name__)
 
 GIF_TIME_BASE = Fraction(1, 100)  # the GIF format stores delays in 1/100 s
+ROTATION_EXTENSIONS = frozenset({".mp4", ".m4v", ".mov", ".mkv", ".webm"})  # containers with a display matrix
 ADTS_FORMATS = frozenset({"mpegts", "aac"})  # demuxers whose AAC packets carry ADTS headers
 ASC_ONLY = frozenset({".mp4", ".m4v", ".mov"})  # muxers that refuse them
 
@@ -261,7 +262,7 @@ class VideoWriter:
         stream.thread_type = "AUTO"
         if not av.VideoFormat(enc.pix_fmt).is_rgb and enc.codec != "gif":
             tag_colors(stream, t.color)
-        if t.rotation:
+        if t.rotation and self._keeps_rotation():
             stream.set_display_rotation(t.rotation)
         return stream
 
@@ -295,13 +296,22 @@ class VideoWriter:
         return self._ext in UNQUERYABLE or codec in self._container.supported_codecs
 
     # ---------------------------------------------------------- encoding
+    def _keeps_rotation(self) -> bool:
+        """Whether the container stores a display matrix (MP4, MOV, Matroska). MPEG-TS, GIF, AVI and FLV do not:
+        there the frames are written upright, as they are shown, or players would show them sideways."""
+        return self._ext in ROTATION_EXTENSIONS
+
+    def _turns(self) -> int:
+        """Quarter turns that take an upright frame back to how it is stored (0: stored upright)."""
+        return quarter_turns(self._template.rotation) if self._keeps_rotation() else 0
+
     def _stored_size(self) -> tuple[int, int]:
         """(width, height) of the stored frames: the template's, turned back by its rotation."""
         t = self._template
-        return stored_size(t.width, t.height, quarter_turns(t.rotation))
+        return stored_size(t.width, t.height, self._turns())
 
     def _to_video_frame(self, image: np.ndarray) -> av.VideoFrame:
-        image = as_stored(image, quarter_turns(self._template.rotation))
+        image = as_stored(image, self._turns())
         if self._encoding.codec == "gif":
             return av.VideoFrame.from_ndarray((gif.quantize(image), gif.PALETTE), format="pal8")
         vf = av.VideoFrame.from_ndarray(image, format="bgr24")
