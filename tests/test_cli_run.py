@@ -401,6 +401,29 @@ def test_skip_existing_redoes_an_output_shorter_than_its_vault(tmp_path: Path, m
     assert _mtimes(out)["c.mp4"] == before["c.mp4"] and _mtimes(out)["c.mp4.sdv"] == before["c.mp4.sdv"]
 
 
+def test_skip_existing_never_replaces_a_vault_of_another_video_nor_a_finished_output_without_its_vault(
+        tmp_path: Path, media: Path) -> None:
+    """A vault is the only way to its video's faces: --skip-existing does not write over one that belongs to
+    another video, nor redo (with a new video id) an output whose vault was moved away."""
+    folder, out, key = tmp_path / "in", tmp_path / "out", tmp_path / "k.key"
+    folder.mkdir()
+    make_video(folder / "a.mp4", face_frames(media, 3))
+    make_video(folder / "c.mp4", face_frames(media, 3))
+    args = ("run", str(folder), "-o", str(out), "--key-file", str(key), "--new-key", "--no-progress")
+    assert run_cli(*args).returncode == 0
+    others = (out / "c.mp4.sdv").read_bytes()
+    (out / "a.mp4.sdv").write_bytes(others)
+    proc = run_cli(*args, "--skip-existing")
+    assert proc.returncode == 1 and "belongs to another video" in proc.stderr.decode(), _err_line(proc)
+    assert (out / "a.mp4.sdv").read_bytes() == others
+    (out / "a.mp4.sdv").unlink()
+    proc = run_cli(*args, "--skip-existing")
+    assert proc.returncode == 1 and "its vault a.mp4.sdv is missing" in proc.stderr.decode(), _err_line(proc)
+    before = (out / "a.mp4").read_bytes()
+    assert run_cli(*args, "--skip-existing", "--overwrite").returncode == 0
+    assert (out / "a.mp4").read_bytes() != before and _vault_info(out / "a.mp4.sdv")["complete"]
+
+
 def test_skip_existing_never_takes_someone_elses_video_for_done_nor_replaces_it(tmp_path: Path, media: Path) -> None:
     """A video at an output's name that streamdeid did not write (no video id of ours: the raw footage copied
     there, say) is neither skipped as anonymized nor replaced without --overwrite, with a key or without."""

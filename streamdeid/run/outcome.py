@@ -117,6 +117,28 @@ def made_by_streamdeid(path: Path) -> bool:
         return False
 
 
+def _vault_info(vault: Path) -> dict | None:
+    from ..vault import VaultReader
+
+    try:
+        with VaultReader(vault) as reader:
+            return reader.inspect()
+    except (StreamdeidError, OSError):
+        return None
+
+
+def vault_video_id(vault: Path) -> str | None:
+    """The video id a vault belongs to (hex; in its clear header), None when it cannot be read."""
+    info = _vault_info(vault)
+    return info.get("video_id") if info else None
+
+
+def vault_is_finished(vault: Path) -> bool:
+    """The vault has its end record: a run wrote it whole."""
+    info = _vault_info(vault)
+    return bool(info and info["complete"])
+
+
 def vault_covers(vault: Path, frames: int, video_id: str | None = None) -> bool:
     """The vault is complete (END record, nothing damaged), its faces lie within ``frames`` frames and, with
     ``video_id``, it is that video's. Uses only ``inspect()``'s "complete", "frame_range" and "video_id" (the

@@ -30,7 +30,8 @@ from ..video.partial import partial_path_for
 from ..video.stream_writer import is_stream_output
 from .models import Models
 from .options import RunOptions
-from .outcome import FAILED, OK, SKIPPED, FileOutcome, error_line, made_by_streamdeid, outcome, output_is_complete
+from .outcome import (FAILED, OK, SKIPPED, FileOutcome, decoded_video, error_line, made_by_streamdeid, outcome,
+                      output_is_complete, vault_is_finished, vault_video_id)
 from .result import RunResult
 
 log = logging.getLogger(__name__)
@@ -254,13 +255,34 @@ class Runner:
         output whose vault has no END, a vault alone) is replaced; a video of someone else's is not."""
         if not dst.exists() and not (vault_path is not None and vault_path.exists()):
             return self
-        if dst.exists() and not self.config.output.overwrite and not is_image(dst) and not made_by_streamdeid(dst):
-            raise StreamdeidError(f"{dst} exists and streamdeid did not write it (it carries no video id of "
-                                  "ours): pass --overwrite to replace it, or choose another output folder")
+        if not self.config.output.overwrite:
+            refuse_redoing(dst, vault_path)
         log.warning("%s: the output a previous run left is incomplete; redoing it", dst)
         output = dataclasses.replace(self.config.output, overwrite=True)
         options = dataclasses.replace(self.options, config=dataclasses.replace(self.config, output=output))
         return self.with_options(options)
+
+
+def refuse_redoing(dst: Path, vault: Path | None) -> None:
+    """What --skip-existing found at ``dst`` and ``vault`` is not a run of ours that stopped half-way: a video
+    someone else made, a finished output whose vault was moved or deleted, or a vault that belongs to another
+    video (the only way to that video's faces). Replaced only with --overwrite."""
+    here = vault is not None and vault.exists()
+    if dst.exists() and not is_image(dst):
+        _, video_id = decoded_video(dst)
+        if not made_by_streamdeid(dst):
+            raise StreamdeidError(f"{dst} exists and streamdeid did not write it (it carries no video id of ours): "
+                                  "pass --overwrite to replace it, or choose another output folder")
+        if vault is not None and not here:
+            raise StreamdeidError(f"{dst} is finished but its vault {vault.name} is missing (moved or deleted?): "
+                                  "pass --overwrite to anonymize it again, with a new vault")
+        owner = vault_video_id(vault) if here else None
+        if owner is not None and video_id is not None and owner != video_id:
+            raise StreamdeidError(f"{vault} belongs to another video than {dst.name}: pass --overwrite to replace "
+                                  "both, or move that vault away first")
+    elif here and vault_is_finished(vault):
+        raise StreamdeidError(f"{vault} is a finished vault without its video {dst.name}: pass --overwrite to "
+                              "replace it, or move it away first")
 
 
 def _refuse_a_killed_runs_vault(out: Path, vault: Path | None, overwrite: bool) -> None:
