@@ -447,3 +447,38 @@ def test_flags_group_and_rank() -> None:
     ranked = sort_flags(flags + visible)
     assert [f.kind for f in ranked[:3]] == ["visible"] * 3
     assert all(f.doubt < 0.6 for f in flags) and all(f.doubt >= 0.72 for f in visible)
+
+
+def test_a_rotated_output_is_reviewed_as_it_is_shown(tmp_path) -> None:
+    """A phone's portrait clip (stored sideways under a display matrix): the page gets the upright size the
+    run's boxes are in, thumbnails are cut from upright frames, a cover whose box lies past the stored width
+    can be removed, and `run --edits` takes the saved file. A crafted request gets one plain line."""
+    pytest.importorskip("starlette", reason="the review extra is not installed (pip install -e '.[review]')")
+    from conftest import make_video
+
+    from streamdeid.review import Review, ReviewSettings
+
+    frames = [np.ascontiguousarray(np.rot90(f, -1)) for f in decode(MEDIA / "head-pose-face-detection-female-and-male.mp4")[:12]]
+    src = make_video(tmp_path / "phone.mp4", frames, rotation=90)  # stored 270 x 480, shown 480 x 270
+    out, key, log = tmp_path / "out.mp4", tmp_path / "k.key", tmp_path / "out.jsonl"
+    proc = run_cli("run", str(src), "-o", str(out), "--key-file", str(key), "--new-key", "--export-tracks", str(log),
+                   "--anonymizer", "solid", "--no-progress")
+    assert proc.returncode == 0, proc.stderr.decode()
+    review = Review(ReviewSettings(output=out, key_file=key, source=None, tracks=log, scan=False), tmp_path,
+                    echo=lambda line: None)
+    review.prepare()
+    st = review.state()
+    assert (st["video"]["width"], st["video"]["height"]) == (480, 270)
+    assert st["tracks"] and all(t["thumb_out"] and t["thumb_src"] for t in st["tracks"])
+    right = max(audit(log), key=lambda r: r["box"][0])  # the man, right of the stored width of 270
+    assert right["box"][0] > 270
+    saved = review.save({"add": [], "remove": [{"frame": right["frame"], "box": right["box"]}]})
+    assert saved["remove"] == 1
+    proc = run_cli("run", str(src), "-o", str(tmp_path / "again.mp4"), "--key-file", str(key), "--edits",
+                   saved["path"], "--anonymizer", "solid", "--no-progress")
+    assert proc.returncode == 0, proc.stderr.decode()
+    for bad in ({"add": [{"frame": 1e400, "box": [1, 2, 3, 4]}]}, {"add": [{"frame": 1, "box": "x"}]},
+                {"add": [{"frame": 1, "box": [1, 2, float("inf"), 4]}]}, {"add": "x"}):
+        with pytest.raises(ValueError) as err:
+            review.save(bad)
+        assert "\n" not in str(err.value) and "int()" not in str(err.value)

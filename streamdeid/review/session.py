@@ -393,6 +393,8 @@ class Review:
         except ImportError as exc:
             raise RuntimeError(f"the edits format (streamdeid.edits.format) is not available: {exc}") from None
         facts = self.facts
+        if not isinstance(payload, dict) or not all(isinstance(payload.get(k, []), list) for k in ("add", "remove")):
+            raise ValueError('the edits must be {"add": [...], "remove": [...]}')
         add = [self._box(item, facts, Box) for item in payload.get("add", [])]
         remove = []
         for item in payload.get("remove", []):
@@ -407,10 +409,15 @@ class Review:
 
     @staticmethod
     def _box(item: dict, facts: VideoFacts, Box):
-        frame = int(item["frame"])
+        try:  # a page's request, or anyone's on the loopback: each value checked, one plain line when wrong
+            frame = int(item["frame"])
+            x1, y1, x2, y2 = (float(v) for v in item["box"])
+        except (TypeError, ValueError, KeyError, OverflowError):
+            raise ValueError(f"each box needs a frame number and four numbers x1, y1, x2, y2; got {item!r:.120}")
+        if not np.isfinite([x1, y1, x2, y2]).all():
+            raise ValueError(f"box {item['box']!r:.80} at frame {frame} is not four finite numbers")
         if not 0 <= frame < facts.frames:
             raise ValueError(f"frame {frame} is not in 0-{facts.frames - 1}")
-        x1, y1, x2, y2 = (float(v) for v in item["box"])
         x1, x2 = sorted((min(max(x1, 0.0), facts.width), min(max(x2, 0.0), facts.width)))
         y1, y2 = sorted((min(max(y1, 0.0), facts.height), min(max(y2, 0.0), facts.height)))
         if x2 - x1 < 2 or y2 - y1 < 2:

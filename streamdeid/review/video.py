@@ -24,6 +24,7 @@ import numpy as np
 from ..types import StreamdeidError
 from ..vault.naming import read_video_id_tag
 from ..video.inputs import AV_ERRORS, error_reason
+from ..video.rotation import quarter_turns, upright
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,7 @@ class VideoFacts:
     time_base: Fraction
     pts: list[int]
     video_id: str | None = None  # hex, the run's (its output's metadata, vault/naming.py); None: not a run's
+    turns: int = 0  # quarter turns that make a stored frame upright (video/rotation.py); width, height: upright
 
     @property
     def frames(self) -> int:
@@ -72,8 +74,9 @@ def read_facts(path: Path) -> VideoFacts:
             cc = s.codec_context
             times, pts = [], []
             time_base = Fraction(s.time_base) if s.time_base else Fraction(1, 1000)
-            last = None
+            last, turns = None, None
             for frame in c.decode(s):
+                turns = _turns(frame) if turns is None else turns
                 p = frame.pts if frame.pts is not None else (last + 1 if last is not None else 0)
                 last = p
                 pts.append(int(p))
@@ -81,26 +84,37 @@ def read_facts(path: Path) -> VideoFacts:
             if not times:
                 raise StreamdeidError(f"{path}: no video frames")
             rate = s.average_rate or Fraction(25)
-            return VideoFacts(path=path, width=int(cc.width), height=int(cc.height), codec=cc.name,
+            # upright, as a player (and the run, and its audit log) sees it
+            width, height = (cc.height, cc.width) if turns % 2 else (cc.width, cc.height)
+            return VideoFacts(path=path, width=int(width), height=int(height), codec=cc.name,
                               pix_fmt=str(cc.pix_fmt or ""), container=c.format.name, fps=float(rate),
                               times=times, time_base=time_base, pts=pts,
-                              video_id=read_video_id_tag(dict(c.metadata)))
+                              video_id=read_video_id_tag(dict(c.metadata)), turns=turns)
     except StreamdeidError:
         raise
     except AV_ERRORS as exc:
         raise StreamdeidError(f"cannot read {path} as a video: {error_reason(exc)}") from None
 
 
+def _turns(frame: av.VideoFrame) -> int:
+    try:
+        return quarter_turns(int(round(frame.rotation)) % 360)
+    except (AttributeError, TypeError, ValueError):
+        return 0
+
+
 def frames_bgr(path: Path, wanted: Callable[[int], bool]) -> Iterator[tuple[int, np.ndarray]]:
     """(index, BGR image) for each frame of ``path`` whose index ``wanted`` accepts, in order; the others are
-    decoded but not converted (the cheap part of a pass)."""
+    decoded but not converted (the cheap part of a pass). Upright, as the run worked on them."""
     try:
         with av.open(str(path)) as c:
             s = c.streams.video[0]
             s.thread_type = "AUTO"
+            turns = None
             for i, frame in enumerate(c.decode(s)):
+                turns = _turns(frame) if turns is None else turns
                 if wanted(i):
-                    yield i, frame.to_ndarray(format="bgr24")
+                    yield i, upright(frame.to_ndarray(format="bgr24"), turns)
     except AV_ERRORS as exc:
         raise StreamdeidError(f"cannot decode {path}: {error_reason(exc)}") from None
 
@@ -119,7 +133,7 @@ def write_preview(facts: VideoFacts, dst: Path) -> Path:
             o.time_base = facts.time_base
             o.options = {"crf": PREVIEW_CRF, "preset": "veryfast"}
             for i, frame in enumerate(ic.decode(s)):
-                image = frame.to_ndarray(format="bgr24")[:h, :w]
+                image = upright(frame.to_ndarray(format="bgr24"), facts.turns)[:h, :w]  # played as it is shown
                 out = av.VideoFrame.from_ndarray(np.ascontiguousarray(image), format="bgr24")
                 out.pts, out.time_base = facts.pts[i], facts.time_base
                 for packet in o.encode(out):
