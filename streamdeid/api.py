@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .config import PipelineConfig
+from .types import StreamdeidError
 from .live.config import LiveConfig
 from .restore import MODEL_MODE_CAVEAT, RecoverResult, recover
 from .run import RunOptions, RunResult, Runner
@@ -39,6 +40,9 @@ def anonymize(src: str, dst: str | Path | None = None, config: PipelineConfig | 
     ``runner``: an existing ``Runner`` (its options and loaded models; the other arguments but ``dst`` are
     then ignored), to anonymize many inputs without loading the models again.
     """
+    if config is not None and not isinstance(config, PipelineConfig):
+        raise StreamdeidError(f"config must be a streamdeid.PipelineConfig (e.g. PipelineConfig() with "
+                              f"config.detect.score_threshold = 0.5), not {type(config).__name__}")
     if runner is None:
         runner = Runner(RunOptions(config or PipelineConfig(), key_file=key_file, new_key=new_key, vault=vault,
                                    store_crops=store_crops, skip_existing=skip_existing,

@@ -157,3 +157,11 @@ def test_streamdeid_anonymize_is_the_function_whatever_was_imported_before() -> 
             "assert callable(streamdeid.anonymize) and callable(streamdeid.anonymize), streamdeid.anonymize")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-400:]
+
+
+def test_the_api_says_what_config_it_takes() -> None:
+    import streamdeid
+    from streamdeid.types import StreamdeidError
+
+    with pytest.raises(StreamdeidError, match="config must be a streamdeid.PipelineConfig"):
+        streamdeid.anonymize("in.mp4", "out.mp4", {"threshold": 0.5})
