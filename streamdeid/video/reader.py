@@ -244,12 +244,17 @@ class VideoSource:
         rotation/colour (only carried on decoded frames) are known."""
         packets = 0
         while not any(isinstance(item, Frame) for item in self._pending):
-            if self._exhausted:
-                raise StreamdeidError(f"no decodable video frames in {self.name}")
+            if self._exhausted or packets > MAX_PACKETS_BEFORE_FIRST_FRAME:
+                raise StreamdeidError(f"no decodable video frames in {self.name}{self._pipe_hint()}")
             self._step()
             packets += 1
-            if packets > MAX_PACKETS_BEFORE_FIRST_FRAME:
-                raise StreamdeidError(f"no decodable video frames in {self.name}")
+
+    def _pipe_hint(self) -> str:
+        """An MP4 or MOV whose index (moov) comes after its media cannot be read from a pipe: say so."""
+        if self.name == "<stdin>" and "mp4" in self.format_name:
+            return (" (an MP4 whose index is at its end cannot be read from a pipe: give the file itself, or pipe "
+                    "Matroska or MPEG-TS)")
+        return ""
 
     def _step(self) -> None:
         """Demux one packet and queue what it produces."""
