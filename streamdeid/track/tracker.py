@@ -109,8 +109,10 @@ DEPARTED_INSIDE = 0.4
 # performer, the largest face of the shared clips, reaches 0.8 of its frame's height.)
 CLOSE_UP_SHARE = 0.9
 CLOSE_UP_HOLD_SECONDS = 3.0
-# ... and it is held over the whole frame: its box is the frame's, this much larger about its centre, so the
-# cover's ellipse reaches the corners (the face, closer than the camera can frame, may be anywhere in it).
+# ... and, once a detector run has missed it, it is drawn over the whole frame: the frame's box, this much
+# larger about its centre, so the cover's ellipse reaches the corners (the face, closer than the camera can
+# frame, may be anywhere in it). Between detector runs, and while the runs find it, it is drawn as any face:
+# a close talking head or a selfie that the detector keeps finding is covered at its own size.
 CLOSE_UP_COVER = 2.0
 
 # Largest centre speed of a held track, in box heights per frame.
@@ -438,9 +440,6 @@ class FaceTracker:
             mean, cov, height = _moved(mean, cov, height, motion)
         for t, m, c, h in zip(self._tracks, mean, cov, height):
             t.mean, t.cov, t.height = m, c, float(h)
-            if t.close_up and t.misses > 0 and t.frame is not None:  # held over the whole frame (CLOSE_UP_COVER)
-                w, h = t.frame
-                t.mean = np.concatenate([xyxy_to_xyah(_grown_frame(w, h)), np.zeros(4)])
 
     @staticmethod
     def _held(tracks: list[_Track], locate: Locate | None) -> list[TrackedFace]:
@@ -468,6 +467,8 @@ class FaceTracker:
             elif locate is not None and t.height >= LOCATE_BETWEEN_PX:
                 found = locate(t.track_id, face.box)  # a large face between runs: on its pixels if found
                 face = moved_to(face, found) if found is not None else face
+            if t.close_up and t.lost_age and t.frame is not None:
+                face = _over_the_frame(face, t)
             faces.append(face)
         return faces
 
@@ -494,7 +495,13 @@ def _spans(box: np.ndarray, frame_size: tuple[int, int]) -> bool:
     return bool(box[3] - box[1] >= CLOSE_UP_SHARE * h or box[2] - box[0] >= CLOSE_UP_SHARE * w)
 
 
-def _grown_frame(width: int, height: int) -> np.ndarray:
-    """The frame's box [4] (x1 y1 x2 y2), CLOSE_UP_COVER larger about its centre."""
+def _over_the_frame(face: TrackedFace, t: _Track) -> TrackedFace:
+    """A close-up a detector run has missed (``t.lost_age``), drawn over its whole frame: the frame's box,
+    CLOSE_UP_COVER larger about its centre, with the track's landmarks on it. Only the drawn face: the track
+    stays at its own box, so the face's next detection continues it and ends the hold."""
+    width, height = t.frame
     dx, dy = (CLOSE_UP_COVER - 1) * width / 2, (CLOSE_UP_COVER - 1) * height / 2
-    return np.array([-dx, -dy, width + dx, height + dy], np.float64)
+    box = np.array([-dx, -dy, width + dx, height + dy], np.float32)
+    size, centre = box[2:] - box[:2], (box[:2] + box[2:]) / 2
+    landmarks = (t.landmarks_rel * size + centre).astype(np.float32)
+    return TrackedFace(face.track_id, box, landmarks, face.score, "held")
