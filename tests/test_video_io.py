@@ -139,6 +139,17 @@ def test_reader_properties(tmp_path: Path) -> None:
         assert (out.width, out.height) == (48, 64)
 
 
+def test_a_codec_mpegts_cannot_carry_is_refused_before_writing(tmp_path: Path) -> None:
+    """FFV1 in MPEG-TS left a file without a video stream that the run reported written."""
+    source = tmp_path / "in.mp4"
+    make_video(source, pts=list(range(5)))
+    with pytest.raises(StreamdeidError, match="codec ffv1 cannot be stored in .ts files"):
+        transcode(source, tmp_path / "out.ts", codec="ffv1")
+    assert not list(tmp_path.glob("out*"))
+    transcode(source, tmp_path / "ok.ts")  # H.264 goes in
+    assert len(read_all(tmp_path / "ok.ts")[0]) == 5
+
+
 def test_mpegts_aac_goes_into_mp4(tmp_path: Path) -> None:
     """MPEG-TS (a pipe, `-o -`) carries AAC with ADTS headers, which MP4 refuses as they are: the audio is
     re-encoded there (the run failed with "Operation not permitted"), copied into Matroska."""

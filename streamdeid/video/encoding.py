@@ -55,6 +55,10 @@ OUTPUT_FORMATS = {
 }
 # Muxers that only report their default codecs when asked what they accept.
 UNQUERYABLE = frozenset({".ts"})
+# ... what MPEG-TS carries (ISO 13818-1 stream types FFmpeg's muxer writes): an FFV1 or RGB stream put in one
+# left a file with no video stream that the run reported written.
+MPEGTS_CODECS = frozenset({"h264", "libx264", "libx264rgb", "hevc", "libx265", "mpeg2video", "mpeg1video", "mpeg4",
+                           "aac", "mp2", "mp3", "libmp3lame", "ac3", "eac3", "opus", "libopus"})
 # Encoders tried, in order, when an audio codec must be re-encoded.
 AUDIO_FALLBACKS = ("aac", "libopus", "opus", "libmp3lame", "mp3", "pcm_s16le")
 

@@ -35,6 +35,7 @@ from streamdeid.types import Frame, StreamdeidError
 from streamdeid.video import gif
 from streamdeid.video.encoding import (
     MP4_LIKE,
+    MPEGTS_CODECS,
     UNQUERYABLE,
     VideoEncoding,
     add_audio_encoder,
@@ -291,9 +292,10 @@ class VideoWriter:
         log.info("audio %s cannot go into %s: re-encoding to %s", name, self._ext, encoder)
 
     def _accepts(self, codec: str) -> bool:
-        """Whether the output container can store ``codec``. Some muxers
-        (MPEG-TS) cannot answer the question; then we assume yes."""
-        return self._ext in UNQUERYABLE or codec in self._container.supported_codecs
+        """Whether the output container can store ``codec``. MPEG-TS cannot answer the question: its list."""
+        if self._ext in UNQUERYABLE:
+            return codec in MPEGTS_CODECS
+        return codec in self._container.supported_codecs
 
     # ---------------------------------------------------------- encoding
     def _keeps_rotation(self) -> bool:
