@@ -15,7 +15,8 @@ import click
 from . import __version__
 from .batch.cli import batch_command
 from .registry import BACKENDS, METHODS
-from .redact import redact, redact_logging
+from .console import setup_logging
+from .redact import redact
 from .run.options import RECOVER_OPTIONS, pipeline_config
 from .types import OutputClosed, StreamdeidError
 
@@ -79,9 +80,7 @@ def main(verbose: bool) -> None:
       streamdeid run input.mp4 --key-file k.bin      # writes input_anonymized.mp4 + .sdv vault
       streamdeid recover input_anonymized.mp4 --key-file k.bin -o restored.mp4
     """
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
-                        format="streamdeid: %(levelname)s: %(message)s")
-    redact_logging()  # a library's log line may quote a camera URL whole
+    setup_logging(logging.INFO if verbose else logging.WARNING)
 
 
 @main.command()

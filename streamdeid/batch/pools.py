@@ -44,10 +44,9 @@ def _init_local(opts: dict[str, Any], level: int = logging.WARNING) -> None:
 
 def _log_as_the_driver(level: int) -> None:
     """A spawned process starts with no logging set up: its warnings get the CLI's form and level."""
-    from ..redact import redact_logging
+    from ..console import setup_logging
 
-    logging.basicConfig(level=level, format="streamdeid: %(levelname)s: %(message)s")
-    redact_logging()
+    setup_logging(level)
 
 
 def _exit_with_the_driver() -> None:
