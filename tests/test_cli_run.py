@@ -434,7 +434,7 @@ def test_skip_existing_never_replaces_a_vault_of_another_video_nor_a_finished_ou
     folder, out, key = tmp_path / "in", tmp_path / "out", tmp_path / "k.key"
     folder.mkdir()
     make_video(folder / "a.mp4", face_frames(media, 3))
-    make_video(folder / "c.mp4", face_frames(media, 3))
+    make_video(folder / "c.mp4", face_frames(media, 4))  # another input than a.mp4
     args = ("run", str(folder), "-o", str(out), "--key-file", str(key), "--new-key", "--no-progress")
     assert run_cli(*args).returncode == 0
     others = (out / "c.mp4.sdv").read_bytes()
@@ -448,6 +448,12 @@ def test_skip_existing_never_replaces_a_vault_of_another_video_nor_a_finished_ou
     before = (out / "a.mp4").read_bytes()
     assert run_cli(*args, "--skip-existing", "--overwrite").returncode == 0
     assert (out / "a.mp4").read_bytes() != before and _vault_info(out / "a.mp4.sdv")["complete"]
+    # another input's finished output and vault, copied into a.mp4's place: not a.mp4's, so not done
+    for name in ("a.mp4", "a.mp4.sdv"):
+        (out / name).write_bytes((out / name.replace("a.", "c.")).read_bytes())
+    proc = run_cli(*args, "--skip-existing")
+    assert proc.returncode == 1 and "was made from another input than a.mp4" in proc.stderr.decode(), _err_line(proc)
+    assert (out / "a.mp4.sdv").read_bytes() == (out / "c.mp4.sdv").read_bytes()
 
 
 def test_skip_existing_never_takes_someone_elses_video_for_done_nor_replaces_it(tmp_path: Path, media: Path) -> None:

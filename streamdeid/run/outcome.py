@@ -133,6 +133,12 @@ def vault_video_id(vault: Path) -> str | None:
     return info.get("video_id") if info else None
 
 
+def vault_source_fingerprint(vault: Path) -> str | None:
+    """The keyed fingerprint of the input a vault was made from (its clear header), None when it has none."""
+    info = _vault_info(vault)
+    return (info.get("header") or {}).get("source_fingerprint") if info else None
+
+
 def vault_is_finished(vault: Path) -> bool:
     """The vault has its end record: a run wrote it whole."""
     info = _vault_info(vault)

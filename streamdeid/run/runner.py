@@ -23,7 +23,7 @@ from ..pipeline import build_renderer
 from ..render import FrameRenderer
 from ..summary import RunSummary
 from ..types import StreamdeidError
-from ..vault import vault_path_for
+from ..vault import source_fingerprint, vault_path_for
 from ..video.images import is_image, list_media
 from ..video.inputs import STREAM_SCHEMES
 from ..video.partial import partial_path_for
@@ -31,7 +31,7 @@ from ..video.stream_writer import is_stream_output
 from .models import Models
 from .options import RunOptions
 from .outcome import (FAILED, OK, SKIPPED, FileOutcome, decoded_video, error_line, made_by_streamdeid, outcome,
-                      output_is_complete, vault_is_finished, vault_video_id)
+                      output_is_complete, vault_is_finished, vault_source_fingerprint, vault_video_id)
 from .result import RunResult
 
 log = logging.getLogger(__name__)
@@ -162,7 +162,7 @@ class Runner:
         try:
             if self.options.skip_existing:
                 vault_path = self.vault_for(src, dst)
-                if output_is_complete(dst, vault_path):
+                if output_is_complete(dst, vault_path) and self._made_from(src, vault_path):
                     return outcome(src, dst, vault_path, SKIPPED), None
                 runner = self._redo(dst, vault_path)
             res = runner._still(src, dst) if is_image(src) else runner._video(str(src), dst)
@@ -249,6 +249,21 @@ class Runner:
                     total.interrupted = True
                     break
         return RunResult(out, total, files=outcomes)
+
+    def _made_from(self, src: Path, vault: Path | None) -> bool:
+        """Whether ``vault`` (a finished output's) was made from ``src`` as it is now: its clear header holds a
+        keyed fingerprint of its input's size and first MiB (vault/header.py). Another input's output and
+        vault copied into this one's place, or an input changed since, is not done; its vault is the only copy
+        of the faces it holds, so it is redone only with --overwrite. True without a vault to tell."""
+        if vault is None:
+            return True
+        made = vault_source_fingerprint(vault)
+        if made is None or made == source_fingerprint(src, self._keys.master):
+            return True
+        if not self.config.output.overwrite:
+            raise StreamdeidError(f"{vault} was made from another input than {Path(src).name} (or from it before it "
+                                  "changed): pass --overwrite to redo it, or move that output and vault away first")
+        return False
 
     def _redo(self, dst: Path, vault_path: Path | None) -> Runner:
         """``dst`` is not a finished output (``output_is_complete`` said no): what a previous run left there (an
