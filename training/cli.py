@@ -45,18 +45,21 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", help="prepare: output dir (default RUN/data); export: default RUN/weights")
     ap.add_argument("--precision", choices=("fp16", "fp32"), default="fp16",
                     help="export: how the weights are stored (fp16 halves the shipped file)")
-    ap.add_argument("--limit", type=non_negative, default=0, help="prepare: only the first N files (0: all)")
+    ap.add_argument("--limit", type=at_least(0), default=0, help="prepare: only the first N files (0: all)")
     ap.add_argument("--resolution", type=int, help="prepare: crop size (default: the config's resolution)")
     ap.add_argument("--overwrite", action="store_true",
                     help="prepare and export: replace what an earlier call wrote to the same place")
     return ap
 
 
-def non_negative(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
+def at_least(low: int):
+    """An argparse type: an int of ``low`` or more."""
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
+        return value
+    return parse
 
 
 def error_line(exc: BaseException) -> str:

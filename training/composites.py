@@ -30,6 +30,8 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from .cli import at_least, error_line
+
 MIN_K = 10  # never fewer faces in one composite: no composite may be one person's face
 RACES = {0: "white", 1: "black", 2: "asian", 3: "indian"}  # UTKFace's 4 ("others") is too mixed to fit anyone
 GENDERS = {0: "male", 1: "female"}
@@ -253,8 +255,6 @@ def main(argv: list[str] | None = None) -> int:
         build(args.faces, args.out, k=args.k, per_group=args.per_group, size=args.size, limit=args.limit,
               seed=args.seed, log=lambda m: print(f"[{time.strftime('%H:%M:%S')}] {m}", flush=True))
     except (OSError, ValueError) as exc:
-        from .cli import error_line
-
         print(error_line(exc), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -267,15 +267,6 @@ MIN_SIZE = 32  # a composite smaller than this has no features to draw
 SKIPPED_WHY = {"heldout": "of the held-out split", "label": "without a usable label (age under 4, race 'others')",
                "no_face": "without a face found", "turned": "turned heads", "duplicate": "near-duplicates",
                "heldout_duplicate": "near-duplicates of held-out faces"}
-
-
-def at_least(low: int):
-    def parse(text: str) -> int:
-        value = int(text)
-        if value < low:
-            raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
-        return value
-    return parse
 
 
 def refuse_replacing(out: Path, overwrite: bool) -> None:

@@ -24,7 +24,7 @@ import numpy as np
 from ..types import StreamdeidError
 from ..vault.naming import read_video_id_tag
 from ..video.inputs import AV_ERRORS, error_reason
-from ..video.rotation import quarter_turns, upright
+from ..video.rotation import display_rotation, quarter_turns, turned_size, upright
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ def read_facts(path: Path) -> VideoFacts:
                 raise StreamdeidError(f"{path}: no video frames")
             rate = s.average_rate or Fraction(25)
             # upright, as a player (and the run, and its audit log) sees it
-            width, height = (cc.height, cc.width) if turns % 2 else (cc.width, cc.height)
+            width, height = turned_size(cc.width, cc.height, turns)
             return VideoFacts(path=path, width=int(width), height=int(height), codec=cc.name,
                               pix_fmt=str(cc.pix_fmt or ""), container=c.format.name, fps=float(rate),
                               times=times, time_base=time_base, pts=pts,
@@ -97,10 +97,7 @@ def read_facts(path: Path) -> VideoFacts:
 
 
 def _turns(frame: av.VideoFrame) -> int:
-    try:
-        return quarter_turns(int(round(frame.rotation)) % 360)
-    except (AttributeError, TypeError, ValueError):
-        return 0
+    return quarter_turns(display_rotation(frame))
 
 
 def frames_bgr(path: Path, wanted: Callable[[int], bool]) -> Iterator[tuple[int, np.ndarray]]:

@@ -105,16 +105,17 @@ def decoded_frame_count(path: Path) -> int:
     return decoded_video(path)[0]
 
 
-def made_by_streamdeid(path: Path) -> bool:
-    """A video that carries a streamdeid video id in its metadata (every video output does): a file at an
-    output's name without one is someone's own, never to be skipped as done or replaced unasked."""
+def output_video_id(path: Path) -> str | None:
+    """The streamdeid video id a video's metadata carries (every video output has one; read without decoding
+    a frame): a file at an output's name without one is someone's own, never to be skipped as done or
+    replaced unasked. None when it has none or cannot be opened."""
     from ..vault import read_video_id_tag
 
     try:
         with av.open(str(path)) as container:
-            return read_video_id_tag(dict(container.metadata)) is not None
+            return read_video_id_tag(dict(container.metadata))
     except (av.FFmpegError, OSError, EOFError, ValueError):
-        return False
+        return None
 
 
 def _vault_info(vault: Path) -> dict | None:
@@ -149,12 +150,8 @@ def vault_covers(vault: Path, frames: int, video_id: str | None = None) -> bool:
     """The vault is complete (END record, nothing damaged), its faces lie within ``frames`` frames and, with
     ``video_id``, it is that video's. Uses only ``inspect()``'s "complete", "frame_range" and "video_id" (the
     vault's internals may change)."""
-    from ..vault import VaultReader
-
-    try:
-        with VaultReader(vault) as reader:
-            info = reader.inspect()
-    except (StreamdeidError, OSError):
+    info = _vault_info(vault)
+    if info is None:
         return False
     last = info["frame_range"][1] if info["frame_range"] else -1  # no face at all: no records
     same = video_id is None or info.get("video_id") == video_id

@@ -30,8 +30,8 @@ from ..video.partial import partial_path_for
 from ..video.stream_writer import is_stream_output
 from .models import Models
 from .options import RunOptions
-from .outcome import (FAILED, OK, SKIPPED, FileOutcome, decoded_video, error_line, made_by_streamdeid, outcome,
-                      output_is_complete, vault_is_finished, vault_source_fingerprint, vault_video_id)
+from .outcome import (FAILED, OK, SKIPPED, FileOutcome, error_line, outcome, output_is_complete, output_video_id,
+                      vault_is_finished, vault_source_fingerprint, vault_video_id)
 from .result import RunResult
 
 log = logging.getLogger(__name__)
@@ -284,15 +284,15 @@ def refuse_redoing(dst: Path, vault: Path | None) -> None:
     video (the only way to that video's faces). Replaced only with --overwrite."""
     here = vault is not None and vault.exists()
     if dst.exists() and not is_image(dst):
-        _, video_id = decoded_video(dst)
-        if not made_by_streamdeid(dst):
+        video_id = output_video_id(dst)
+        if video_id is None:
             raise StreamdeidError(f"{dst} exists and streamdeid did not write it (it carries no video id of ours): "
                                   "pass --overwrite to replace it, or choose another output folder")
         if vault is not None and not here:
             raise StreamdeidError(f"{dst} is finished but its vault {vault.name} is missing (moved or deleted?): "
                                   "pass --overwrite to anonymize it again, with a new vault")
         owner = vault_video_id(vault) if here else None
-        if owner is not None and video_id is not None and owner != video_id:
+        if owner is not None and owner != video_id:
             raise StreamdeidError(f"{vault} belongs to another video than {dst.name}: pass --overwrite to replace "
                                   "both, or move that vault away first")
     elif here and vault_is_finished(vault):

@@ -127,7 +127,7 @@ LOCATE_BETWEEN_PX = 64.0
 
 class _Track:
     __slots__ = ("track_id", "mean", "cov", "score", "landmarks_rel", "height", "misses", "lost_age", "hits",
-                 "confirmed", "provisional", "unseen", "doubts", "gone", "sure", "close_up", "frame")
+                 "confirmed", "provisional", "unseen", "doubts", "gone", "sure", "close_up")
 
     def __init__(self, track_id: int, kf: KalmanFilter, box: np.ndarray, score: float, landmarks: np.ndarray,
                  config: TrackConfig, provisional: bool = False) -> None:
@@ -143,7 +143,6 @@ class _Track:
         self.gone = False  # its hold ended early: closer looks found the face gone (remembered, not covered)
         self.sure = False  # a detection scored config.high_score or more (see FaceTracker.sure_boxes)
         self.close_up = False  # its last detection spanned CLOSE_UP_SHARE of the frame (see FaceTracker._report)
-        self.frame: tuple[int, int] | None = None  # (width, height) of that frame
         self._observe(box, score, landmarks, config)
 
     def _observe(self, box: np.ndarray, score: float, landmarks: np.ndarray, config: TrackConfig) -> None:
@@ -243,7 +242,7 @@ class FaceTracker:
         self._age()
         if dets is None:
             self._tracks = [t for t in self._tracks if self._kept(t)]
-            return self._held([t for t in self._tracks if t.confirmed and self._holding(t)], locate)
+            return self._held([t for t in self._tracks if t.confirmed and self._holding(t)], locate, frame_size)
 
         boxes, scores, landmarks = dets.boxes, dets.scores, dets.landmarks
         matched, left_dets = self._associate(boxes, scores)
@@ -334,7 +333,7 @@ class FaceTracker:
         for t in tracks:
             di = det_of.get(id(t))
             if di is not None:
-                t.close_up, t.frame = frame_size is not None and _spans(dets.boxes[di], frame_size), frame_size
+                t.close_up = frame_size is not None and _spans(dets.boxes[di], frame_size)
                 if t.confirmed:
                     out.append(TrackedFace(t.track_id, dets.boxes[di], dets.landmarks[di], float(dets.scores[di]),
                                            "detected"))
@@ -351,7 +350,7 @@ class FaceTracker:
             kept.append(t)
         self._tracks = kept
         held = self._without_ended(held, dets, frame_size)
-        for (i, t), face in zip(held, self._held([t for _, t in held], locate)):
+        for (i, t), face in zip(held, self._held([t for _, t in held], locate, frame_size)):
             # a face a run that could see it missed, whose pixels are not where it is guessed: look closer
             out[i] = self._verified(t, face, verify, dets.boxes) if t.unseen and verify is not None else face
         return [f for f in out if f is not None]
@@ -442,13 +441,14 @@ class FaceTracker:
             t.mean, t.cov, t.height = m, c, float(h)
 
     @staticmethod
-    def _held(tracks: list[_Track], locate: Locate | None) -> list[TrackedFace]:
+    def _held(tracks: list[_Track], locate: Locate | None,
+              frame_size: tuple[int, int] | None = None) -> list[TrackedFace]:
         """The tracks' predicted faces (boxes and landmarks in one batch: a crowd holds hundreds), each
         widened by the frames since a detector run first missed it (between runs, the frames the
         detector skips, it is not widened: it was seen at the last run), unless ``locate`` finds the
         face's pixels near it: then it is put on them, not widened. (Looking between runs too, within
         4% of the size, took a crowd pan's changed area 2 points lower for 7 ms a frame of tracking,
-        about 17 ms.)"""
+        about 17 ms.) A close-up a run missed is drawn over the frame (``frame_size``, width and height)."""
         if not tracks:
             return []
         boxes = xyah_to_xyxy(np.stack([t.mean for t in tracks]))  # [N, 4]
@@ -467,8 +467,8 @@ class FaceTracker:
             elif locate is not None and t.height >= LOCATE_BETWEEN_PX:
                 found = locate(t.track_id, face.box)  # a large face between runs: on its pixels if found
                 face = moved_to(face, found) if found is not None else face
-            if t.close_up and t.lost_age and t.frame is not None:
-                face = _over_the_frame(face, t)
+            if t.close_up and t.lost_age and frame_size is not None:
+                face = _over_the_frame(face, t, frame_size)
             faces.append(face)
         return faces
 
@@ -495,11 +495,11 @@ def _spans(box: np.ndarray, frame_size: tuple[int, int]) -> bool:
     return bool(box[3] - box[1] >= CLOSE_UP_SHARE * h or box[2] - box[0] >= CLOSE_UP_SHARE * w)
 
 
-def _over_the_frame(face: TrackedFace, t: _Track) -> TrackedFace:
+def _over_the_frame(face: TrackedFace, t: _Track, frame_size: tuple[int, int]) -> TrackedFace:
     """A close-up a detector run has missed (``t.lost_age``), drawn over its whole frame: the frame's box,
     CLOSE_UP_COVER larger about its centre, with the track's landmarks on it. Only the drawn face: the track
     stays at its own box, so the face's next detection continues it and ends the hold."""
-    width, height = t.frame
+    width, height = frame_size
     dx, dy = (CLOSE_UP_COVER - 1) * width / 2, (CLOSE_UP_COVER - 1) * height / 2
     box = np.array([-dx, -dy, width + dx, height + dy], np.float32)
     size, centre = box[2:] - box[:2], (box[:2] + box[2:]) / 2

@@ -30,7 +30,7 @@ from av.video.reformatter import Interpolation, VideoReformatter
 
 from streamdeid.types import Frame, StreamdeidError
 from streamdeid.video.planes import planes_of, to_bgr
-from streamdeid.video.rotation import quarter_turns, upright
+from streamdeid.video.rotation import display_rotation, quarter_turns, turned_size, upright
 
 # Input classification and opening live in .inputs; these names stay importable
 # from here because the writers, the CLI and streamdeid.live import them from
@@ -141,12 +141,12 @@ class VideoSource:
     def width(self) -> int:
         """Of the frames this source yields: upright, as a player shows them (video/rotation.py)."""
         ctx = self._video.codec_context
-        return int(ctx.height if self._turns % 2 else ctx.width)
+        return int(turned_size(ctx.width, ctx.height, self._turns)[0])
 
     @property
     def height(self) -> int:
         ctx = self._video.codec_context
-        return int(ctx.width if self._turns % 2 else ctx.height)
+        return int(turned_size(ctx.width, ctx.height, self._turns)[1])
 
     @property
     def average_rate(self) -> Fraction | None:
@@ -319,7 +319,7 @@ class VideoSource:
 
     def _to_frame(self, vf: av.VideoFrame) -> Frame:
         if self._index == 0:
-            self.rotation = _rotation_of(vf)
+            self.rotation = display_rotation(vf)
             self._turns = quarter_turns(self.rotation)
             self.color = ColorInfo(
                 int(vf.colorspace), int(vf.color_range), int(vf.color_primaries), int(vf.color_trc)
@@ -341,14 +341,6 @@ class VideoSource:
             return 0
         rate = self.average_rate or Fraction(25)
         return self._last_pts + max(1, round(1 / (rate * time_base)))
-
-
-def _rotation_of(vf: av.VideoFrame) -> int:
-    """Display-matrix rotation in degrees counter-clockwise, 0 when absent."""
-    try:
-        return int(round(vf.rotation)) % 360
-    except READ_ERRORS + (AttributeError, TypeError):
-        return 0
 
 
 def open_source(

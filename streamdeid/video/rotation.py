@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import logging
 
+import av
 import numpy as np
+
+from streamdeid.video.inputs import READ_ERRORS
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +38,15 @@ def as_stored(image: np.ndarray, turns: int) -> np.ndarray:
     return np.ascontiguousarray(np.rot90(image, -turns)) if turns else image
 
 
-def stored_size(width: int, height: int, turns: int) -> tuple[int, int]:
-    """(width, height) of the stored frames whose upright picture is ``width`` x ``height``."""
+def turned_size(width: int, height: int, turns: int) -> tuple[int, int]:
+    """(width, height) of a ``width`` x ``height`` frame turned ``turns`` quarter turns, either way: the stored
+    frames of an upright picture, or the upright picture of stored frames."""
     return (height, width) if turns % 2 else (width, height)
+
+
+def display_rotation(frame: av.VideoFrame) -> int:
+    """A decoded frame's display-matrix rotation in degrees counter-clockwise (0-359), 0 when it has none."""
+    try:
+        return int(round(frame.rotation)) % 360
+    except READ_ERRORS + (AttributeError, TypeError):
+        return 0

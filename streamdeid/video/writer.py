@@ -49,7 +49,7 @@ from streamdeid.video.finish import faststart_copy
 from streamdeid.video.partial import check_overwrite, claim_partial, partial_path_for, publish, write_image
 from streamdeid.video.inputs import AV_ERRORS
 from streamdeid.video.reader import AudioPacket, ColorInfo, error_reason
-from streamdeid.video.rotation import as_stored, quarter_turns, stored_size
+from streamdeid.video.rotation import as_stored, quarter_turns, turned_size
 
 log = logging.getLogger(__name__)
 
@@ -310,7 +310,7 @@ class VideoWriter:
     def _stored_size(self) -> tuple[int, int]:
         """(width, height) of the stored frames: the template's, turned back by its rotation."""
         t = self._template
-        return stored_size(t.width, t.height, self._turns())
+        return turned_size(t.width, t.height, self._turns())
 
     def _to_video_frame(self, image: np.ndarray) -> av.VideoFrame:
         image = as_stored(image, self._turns())
