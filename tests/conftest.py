@@ -69,6 +69,18 @@ def make_video(path: Path, frames: list[np.ndarray], *, fps: int = 25, codec: st
     return path
 
 
+def set_mp4_matrix(path: Path, a: int, b: int, c: int, d: int) -> Path:
+    """Write a display matrix ([a b; c d], entries -1, 0 or 1) into an MP4's first track header (tkhd), as
+    ``ffmpeg -display_vflip`` and cameras do: PyAV can only set a rotation, and this one may also mirror."""
+    data = bytearray(path.read_bytes())
+    at = data.find(b"tkhd")
+    at += 4 + (52 if data[at + 4] == 1 else 40)  # the matrix after version/flags, times, ids and volume
+    fixed = [a << 16, b << 16, 0, c << 16, d << 16, 0, 0, 0, 1 << 30]  # 16.16, and 2.30 for the third column
+    data[at:at + 36] = b"".join(v.to_bytes(4, "big", signed=True) for v in fixed)
+    path.write_bytes(bytes(data))
+    return path
+
+
 def decode(path: Path | str) -> list[np.ndarray]:
     with av.open(str(path)) as c:
         return [f.to_ndarray(format="bgr24") for f in c.decode(video=0)]

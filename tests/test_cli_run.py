@@ -15,7 +15,7 @@ import cv2
 import numpy as np
 import pytest
 
-from conftest import decode, face_frames, make_video, run_cli
+from conftest import decode, face_frames, make_video, run_cli, set_mp4_matrix
 
 
 def _err_line(proc: subprocess.CompletedProcess) -> str:
@@ -223,15 +223,16 @@ def test_odd_size_and_no_faces(tmp_path: Path) -> None:
     assert "0 faces" in proc.stderr.decode()
 
 
+def _walking_frames(media: Path, n: int = 12) -> list[np.ndarray]:
+    """The first ``n`` frames of the walking clip (three people), BGR."""
+    with av.open(str(media / "face-demographics-walking-and-pause.mp4")) as c:
+        return [f.to_ndarray(format="bgr24") for _, f in zip(range(n), c.decode(video=0))]
+
+
 def test_a_phones_sideways_video_is_covered_as_it_is_shown(tmp_path: Path, media: Path) -> None:
     """A phone stores portrait video sideways under a display matrix. Faces are found and covered as a player
     shows them: each turned copy gives the upright run's faces and, turned upright, its output."""
-    frames = []
-    with av.open(str(media / "face-demographics-walking-and-pause.mp4")) as c:
-        for i, f in enumerate(c.decode(video=0)):
-            if i == 12:
-                break
-            frames.append(f.to_ndarray(format="bgr24"))
+    frames = _walking_frames(media)
     outputs = {}
     for degrees in (0, 90, -90, 180):
         turns = (degrees // 90) % 4
@@ -257,6 +258,32 @@ def test_a_phones_sideways_video_is_covered_as_it_is_shown(tmp_path: Path, media
         assert said == line, degrees
         tolerance = 20.0 if degrees == ".gif" else 2.0  # GIF's 252 colours: 12 levels a pixel
         assert np.mean([np.abs(a.astype(int) - b).mean() for a, b in zip(upright, shown)]) < tolerance, degrees
+
+
+def test_a_mirrored_video_is_covered_as_it_is_shown(tmp_path: Path, media: Path) -> None:
+    """A display matrix may mirror the picture as well as turn it (``ffmpeg -display_vflip``, some dashcams):
+    the frames were worked on upside down, and 26 of 62 faces of a group pan were left bare. Each mirrored
+    copy now gives the upright run's faces and output, written upright without a matrix."""
+    frames = _walking_frames(media)
+    runs = {}
+    # name: (matrix a, b, c, d; the stored frames whose shown picture is the upright clip)
+    cases = {"upright": ((1, 0, 0, 1), lambda f: f), "vflip": ((1, 0, 0, -1), lambda f: f[::-1]),
+             "hflip": ((-1, 0, 0, 1), lambda f: f[:, ::-1]), "transpose": ((0, 1, 1, 0), lambda f: f.transpose(1, 0, 2))}
+    for name, (matrix, store) in cases.items():
+        src = make_video(tmp_path / f"{name}.mp4", [np.ascontiguousarray(store(f)) for f in frames])
+        set_mp4_matrix(src, *matrix)
+        out = tmp_path / f"out_{name}.mp4"
+        proc = run_cli("run", str(src), "-o", str(out), "--anonymizer", "solid", "--no-progress")
+        assert proc.returncode == 0, _err_line(proc)
+        with av.open(str(out)) as c:
+            assert round(next(c.decode(video=0)).rotation) == 0  # written as shown
+        runs[name] = (decode(out), proc.stderr.decode().split(" faces")[0])
+    upright, line = runs["upright"]
+    assert int(line.split()[-1]) >= 24
+    for name, (shown, said) in runs.items():
+        assert said == line, name
+        assert shown[0].shape == frames[0].shape, name
+        assert np.mean([np.abs(a.astype(int) - b).mean() for a, b in zip(upright, shown)]) < 2.0, name
 
 
 def test_a_face_zoomed_closer_than_the_frame_stays_covered(tmp_path: Path, media: Path) -> None:

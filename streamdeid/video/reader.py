@@ -30,7 +30,7 @@ from av.video.reformatter import Interpolation, VideoReformatter
 
 from streamdeid.types import Frame, StreamdeidError
 from streamdeid.video.planes import planes_of, to_bgr
-from streamdeid.video.rotation import display_rotation, quarter_turns, turned_size, upright
+from streamdeid.video.rotation import Orientation, display_rotation, orientation_of, turned_size
 
 # Input classification and opening live in .inputs; these names stay importable
 # from here because the writers, the CLI and streamdeid.live import them from
@@ -132,7 +132,7 @@ class VideoSource:
         self._decode_errors = 0
         self.end_reason: str | None = None  # why reading stopped early (an error), else None
         self.rotation = 0  # the display matrix's, degrees counter-clockwise (the writer keeps it)
-        self._turns = 0  # quarter turns that make a stored frame upright (video/rotation.py)
+        self._orientation = Orientation()  # what makes a stored frame upright (video/rotation.py)
         self.color = ColorInfo()
         self._prime()
 
@@ -141,12 +141,12 @@ class VideoSource:
     def width(self) -> int:
         """Of the frames this source yields: upright, as a player shows them (video/rotation.py)."""
         ctx = self._video.codec_context
-        return int(turned_size(ctx.width, ctx.height, self._turns)[0])
+        return int(turned_size(ctx.width, ctx.height, self._orientation.turns)[0])
 
     @property
     def height(self) -> int:
         ctx = self._video.codec_context
-        return int(turned_size(ctx.width, ctx.height, self._turns)[1])
+        return int(turned_size(ctx.width, ctx.height, self._orientation.turns)[1])
 
     @property
     def average_rate(self) -> Fraction | None:
@@ -319,16 +319,18 @@ class VideoSource:
 
     def _to_frame(self, vf: av.VideoFrame) -> Frame:
         if self._index == 0:
-            self.rotation = display_rotation(vf)
-            self._turns = quarter_turns(self.rotation)
+            self._orientation = orientation_of(vf)
+            # a mirror cannot be written back under a rotation: such a video is written upright, no matrix
+            self.rotation = 0 if self._orientation.mirrored else display_rotation(vf)
             self.color = ColorInfo(
                 int(vf.colorspace), int(vf.color_range), int(vf.color_primaries), int(vf.color_trc)
             )
         # turned upright: faces stored sideways (a phone's portrait video) are found and covered as shown
-        image = upright(to_bgr(vf, self._interpolation, self._reformatter), self._turns)
+        image = self._orientation.upright(to_bgr(vf, self._interpolation, self._reformatter))
         time_base = Fraction(vf.time_base) if vf.time_base else self.time_base
         pts = vf.pts if vf.pts is not None else self._guess_pts(time_base)
-        yuv = planes_of(vf) if self._keep_planes and not self._turns else None  # the planes are as stored
+        # the planes are as stored
+        yuv = planes_of(vf) if self._keep_planes and self._orientation.is_identity else None
         frame = Frame(index=self._index, image=image, pts=pts, time_base=time_base, yuv=yuv)
         self._index += 1
         self._last_pts = pts
