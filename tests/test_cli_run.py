@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from conftest import decode, face_frames, make_video, run_cli, set_mp4_matrix
+from streamdeid.video.reader import open_source
 
 
 def _err_line(proc: subprocess.CompletedProcess) -> str:
@@ -284,6 +285,33 @@ def test_a_mirrored_video_is_covered_as_it_is_shown(tmp_path: Path, media: Path)
         assert said == line, name
         assert shown[0].shape == frames[0].shape, name
         assert np.mean([np.abs(a.astype(int) - b).mean() for a, b in zip(upright, shown)]) < 2.0, name
+
+
+def test_a_recording_with_a_pause_is_covered_as_without_it(tmp_path: Path, media: Path) -> None:
+    """A motion-triggered camera records bursts: a 60 s pause in the timestamps pulled the mean frame rate
+    to 1 fps, the pipeline's hold and look-ahead then spanned no frame, and 214 of 538 covers of hamilton's
+    first 60 frames were dropped (a performer's profile bare). The same frames (lossless), with and without
+    the pause, now get the same covers; frames 1 ms apart are paced at 120 fps at most."""
+    with av.open(str(media / "short_hamilton_clip.mp4")) as c:
+        frames = [f.to_ndarray(format="bgr24") for _, f in zip(range(40), c.decode(video=0))]
+    tb = Fraction(1, 90000)
+    lines = {}
+    for name, pts in {"plain": [i * 3000 for i in range(40)],
+                      "pause": [i * 3000 + (60 * 90000 if i >= 20 else 0) for i in range(40)]}.items():
+        src = make_video(tmp_path / f"{name}.mp4", frames, fps=30, codec="ffv1", pts=pts, time_base=tb)
+        with open_source(str(src)) as source:
+            assert source.pace == 30.0, float(source.average_rate)  # the pause's mean: 0.65 fps
+        proc = run_cli("run", str(src), "-o", str(tmp_path / f"out_{name}.mkv"), "--anonymizer", "solid",
+                       "--no-progress")
+        assert proc.returncode == 0, _err_line(proc)
+        lines[name] = proc.stderr.decode().split(" fps")[0].rsplit(",", 1)[0]
+    assert lines["pause"] == lines["plain"]
+    # the encoder spends its bits by the timestamps: the same covers, not the same bytes
+    shown = [decode(tmp_path / f"out_{name}.mkv") for name in ("plain", "pause")]
+    assert np.mean([np.abs(a.astype(int) - b).mean() for a, b in zip(*shown)]) < 1.0
+    fast = make_video(tmp_path / "fast.mp4", frames[:10], fps=30, pts=[i * 90 for i in range(10)], time_base=tb)
+    with open_source(str(fast)) as source:
+        assert source.pace == 120.0, float(source.average_rate)
 
 
 def test_a_face_zoomed_closer_than_the_frame_stays_covered(tmp_path: Path, media: Path) -> None:

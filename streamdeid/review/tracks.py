@@ -126,7 +126,7 @@ def track_source(source: str, config: PipelineConfig, progress: Callable[[int], 
             progress(result.frame.index)
 
     with open_source(source) as src:
-        fps = float(src.average_rate or 25)
+        fps = src.pace  # as the run paced it (run/video.py)
         buffer = LookaheadBuffer(round(config.lookahead_seconds * fps), match_templates=config.track.match_templates)
         stage = FaceStage(config, fps, guarded=guarded, lookahead_frames=buffer.capacity)
         times = StageTimes()

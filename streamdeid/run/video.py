@@ -117,7 +117,7 @@ def _run_pipeline(src: str, source, write, config: PipelineConfig, renderer: Fra
 
     t0 = time.perf_counter()
     try:
-        pipeline = Pipeline(config, renderer, fps=float(source.average_rate or 25), emit=emit,
+        pipeline = Pipeline(config, renderer, fps=source.pace, emit=emit,
                             observers=observers, summary=summary, render_thread=True, edits=edits)
         pipeline.run(threaded_source(source, summary.times), sink.put)
         sink.close()
@@ -140,7 +140,7 @@ def track_pass(src: str, config: PipelineConfig, renderer: FrameRenderer, edits:
     t0 = time.perf_counter()
     with open_source(src) as source:
         summary = RunSummary()
-        pipeline = Pipeline(quiet, renderer, fps=float(source.average_rate or 25), emit=lambda _r, _p: None,
+        pipeline = Pipeline(quiet, renderer, fps=source.pace, emit=lambda _r, _p: None,
                             summary=summary, admit=lambda _r: False, edits=edits)
         pipeline.run(threaded_source(source, summary.times), lambda _item: None)
     log.info("edits: removals decided in a tracking pass over %s (%.1f s)", redact(src), time.perf_counter() - t0)

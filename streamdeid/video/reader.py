@@ -57,6 +57,9 @@ MAX_PACKETS_BEFORE_FIRST_FRAME = 2000
 # swscale's default YUV->BGR path truncates, darkening every decode by ~1.5
 # levels; these flags round correctly (bias ~0.1) but cost ~5x more time.
 ACCURATE_YUV_TO_BGR = Interpolation.BILINEAR | Interpolation.ACCURATE_RND | Interpolation.FULL_CHR_H_INT
+# VideoSource.pace's bounds (frames per second): below 10 a 0.5 s hold would span few frames of a clip
+# whose mean rate a pause pulled down; above 120 the look-ahead would buffer hundreds of frames.
+PACE_RANGE = (10.0, 120.0)
 
 
 @dataclass
@@ -153,6 +156,19 @@ class VideoSource:
         """Mean frame rate, or None when the container does not know it."""
         rate = self._video.average_rate or self._video.guessed_rate
         return Fraction(rate) if rate else None
+
+    @property
+    def pace(self) -> float:
+        """Frames per second the pipeline sizes its time windows by (hold, look-ahead, scan spacing). A
+        recording with pauses (a motion-triggered camera) has a mean rate far under its frames' own rate,
+        which would leave the hold and the look-ahead no frame at all; frames milliseconds apart claim
+        hundreds. So the nominal rate stands in for a mean under half of it, and either is kept in
+        PACE_RANGE: every window spans some frames and the look-ahead's buffer stays small."""
+        mean, nominal = self._video.average_rate, self._video.guessed_rate
+        rate = float(mean or nominal or 25)
+        if mean and nominal and float(mean) < 0.5 * float(nominal):
+            rate = float(nominal)
+        return min(max(rate, PACE_RANGE[0]), PACE_RANGE[1])
 
     @property
     def time_base(self) -> Fraction:
