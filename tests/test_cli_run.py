@@ -314,6 +314,28 @@ def test_a_recording_with_a_pause_is_covered_as_without_it(tmp_path: Path, media
         assert source.pace == 120.0, float(source.average_rate)
 
 
+def test_a_stream_that_changes_picture_size_is_scaled_to_its_first(tmp_path: Path, media: Path) -> None:
+    """A broadcast or DVR capture switching SD to HD mid-stream (two MPEG-TS joined) failed the whole run
+    ("frame 0 is 480x270, output is 640x360", blaming the wrong frame). Later frames are scaled to the
+    first size, as ffmpeg does, and their faces covered."""
+    frames = _walking_frames(media, 20)  # 480x270
+    large = [cv2.resize(f, (640, 360), interpolation=cv2.INTER_CUBIC) for f in frames[10:]]
+    joined = tmp_path / "joined.ts"
+    tb = Fraction(1, 90000)  # the second part's clock goes on from the first's, as one recording's does
+    parts = [make_video(tmp_path / f"{i}.ts", part, pts=[(10 * i + k) * 3600 for k in range(10)], time_base=tb)
+             for i, part in enumerate((frames[:10], large))]
+    joined.write_bytes(b"".join(p.read_bytes() for p in parts))
+    out, tracks = tmp_path / "out.mp4", tmp_path / "tracks.jsonl"
+    proc = run_cli("run", str(joined), "-o", str(out), "--anonymizer", "solid", "--export-tracks", str(tracks),
+                   "--no-progress")
+    assert proc.returncode == 0, _err_line(proc)
+    assert "changes size to 640x360 at frame 10" in proc.stderr.decode()
+    shown = decode(out)
+    assert len(shown) == 20 and {f.shape for f in shown} == {(270, 480, 3)}
+    covered = {json.loads(line).get("frame") for line in tracks.read_text().splitlines()}
+    assert set(range(10, 20)) <= covered  # the people walk on through the larger frames, covered
+
+
 def test_a_face_zoomed_closer_than_the_frame_stays_covered(tmp_path: Path, media: Path) -> None:
     """A zoom into the man of the head-pose clip (7x by frame 24, about x=330, y=110) until his face overflows
     the frame: the detector loses it there, and his eyes, nose and mouth were left uncovered on the last 13

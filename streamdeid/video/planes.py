@@ -24,11 +24,14 @@ PIX_FMTS = ("yuv420p", "yuvj420p")  # what the vault can store natively (index: 
 
 
 def to_bgr(vf: av.VideoFrame, interpolation: Interpolation | None = None,
-           reformatter: VideoReformatter | None = None) -> np.ndarray:
+           reformatter: VideoReformatter | None = None, size: tuple[int, int] | None = None) -> np.ndarray:
     """[H, W, 3] uint8 BGR of a decoded frame, with its own matrix and range so full-range (JPEG)
     sources are not crushed; odd sizes are handled by swscale. ``reformatter``: one kept across
-    frames of one size, which keeps swscale's context (setting a range costs ~0.5 ms otherwise)."""
+    frames of one size, which keeps swscale's context (setting a range costs ~0.5 ms otherwise).
+    ``size``: (width, height) to scale to, for a stream whose picture changes size."""
     kwargs: dict[str, object] = {"interpolation": interpolation}
+    if size is not None and size != (vf.width, vf.height):
+        kwargs["width"], kwargs["height"] = size
     if not vf.format.is_rgb and vf.color_range:
         kwargs["src_color_range"] = int(vf.color_range)
     if reformatter is not None:

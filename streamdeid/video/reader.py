@@ -136,6 +136,8 @@ class VideoSource:
         self.end_reason: str | None = None  # why reading stopped early (an error), else None
         self.rotation = 0  # the display matrix's, degrees counter-clockwise (the writer keeps it)
         self._orientation = Orientation()  # what makes a stored frame upright (video/rotation.py)
+        self._size: tuple[int, int] | None = None  # the first frame's stored (width, height): every frame's
+        self._resized_to: tuple[int, int] | None = None  # the last size a frame was scaled from
         self.color = ColorInfo()
         self._prime()
 
@@ -143,13 +145,18 @@ class VideoSource:
     @property
     def width(self) -> int:
         """Of the frames this source yields: upright, as a player shows them (video/rotation.py)."""
-        ctx = self._video.codec_context
-        return int(turned_size(ctx.width, ctx.height, self._orientation.turns)[0])
+        return int(turned_size(*self._stored_size(), self._orientation.turns)[0])
 
     @property
     def height(self) -> int:
+        return int(turned_size(*self._stored_size(), self._orientation.turns)[1])
+
+    def _stored_size(self) -> tuple[int, int]:
+        """The first frame's (width, height) as stored; the decoder's own may already be a later frame's."""
+        if self._size is not None:
+            return self._size
         ctx = self._video.codec_context
-        return int(turned_size(ctx.width, ctx.height, self._orientation.turns)[1])
+        return ctx.width, ctx.height
 
     @property
     def average_rate(self) -> Fraction | None:
@@ -338,20 +345,33 @@ class VideoSource:
             self._orientation = orientation_of(vf)
             # a mirror cannot be written back under a rotation: such a video is written upright, no matrix
             self.rotation = 0 if self._orientation.mirrored else display_rotation(vf)
+            self._size = (vf.width, vf.height)
+        resized = (vf.width, vf.height) != self._size
+        if resized:
+            self._note_resize(vf)
             self.color = ColorInfo(
                 int(vf.colorspace), int(vf.color_range), int(vf.color_primaries), int(vf.color_trc)
             )
         # turned upright: faces stored sideways (a phone's portrait video) are found and covered as shown
-        image = self._orientation.upright(to_bgr(vf, self._interpolation, self._reformatter))
+        image = self._orientation.upright(to_bgr(vf, self._interpolation, self._reformatter, self._size))
         time_base = Fraction(vf.time_base) if vf.time_base else self.time_base
         pts = vf.pts if vf.pts is not None else self._guess_pts(time_base)
         # the planes are as stored
-        yuv = planes_of(vf) if self._keep_planes and self._orientation.is_identity else None
+        yuv = planes_of(vf) if self._keep_planes and self._orientation.is_identity and not resized else None
         frame = Frame(index=self._index, image=image, pts=pts, time_base=time_base, yuv=yuv)
         self._index += 1
         self._last_pts = pts
         self._last_seconds = float(pts * time_base)
         return frame
+
+    def _note_resize(self, vf: av.VideoFrame) -> None:
+        """A broadcast or DVR capture may switch picture size mid-stream (SD to HD): such frames are scaled to
+        the first frame's size, as ffmpeg scales them to its output's; said once per new size."""
+        size = (vf.width, vf.height)
+        if size != self._resized_to:
+            self._resized_to = size
+            log.warning("%s: the picture changes size to %dx%d at frame %d; scaled to %dx%d, the output's size",
+                        self.name, *size, self._index, *self._size)
 
     def _guess_pts(self, time_base: Fraction) -> int:
         """Some raw/piped streams carry no pts: continue at the average rate."""
