@@ -336,6 +336,33 @@ def test_a_stream_that_changes_picture_size_is_scaled_to_its_first(tmp_path: Pat
     assert set(range(10, 20)) <= covered  # the people walk on through the larger frames, covered
 
 
+def test_the_shown_video_stream_is_anonymized_not_a_cover_picture_before_it(tmp_path: Path, media: Path) -> None:
+    """A file whose first video stream is a one-frame cover picture (a face) and whose second is the clip:
+    the picture was anonymized alone and the clip lost (a 1-frame output, "the file may be truncated"). The
+    stream a player shows is taken, and the one left out is said."""
+    frames = _walking_frames(media)
+    src = tmp_path / "cover_first.mkv"
+    with av.open(str(src), "w") as c:
+        cover = c.add_stream("mjpeg", rate=1)
+        cover.width, cover.height, cover.pix_fmt = 480, 270, "yuvj420p"
+        clip = c.add_stream("libx264", rate=12)
+        clip.width, clip.height, clip.pix_fmt = 480, 270, "yuv420p"
+        for stream, images in ((cover, frames[:1]), (clip, frames)):
+            for i, img in enumerate(images):
+                vf = av.VideoFrame.from_ndarray(img, format="bgr24").reformat(format=stream.pix_fmt)
+                vf.pts, vf.time_base = i, Fraction(1, 12)
+                for packet in stream.encode(vf):
+                    c.mux(packet)
+            for packet in stream.encode():
+                c.mux(packet)
+    out = tmp_path / "out.mp4"
+    proc = run_cli("run", str(src), "-o", str(out), "--anonymizer", "solid", "--no-progress")
+    assert proc.returncode == 0, _err_line(proc)
+    said = proc.stderr.decode()
+    assert "1 more video stream(s) beside #1" in said and "truncated" not in said
+    assert len(decode(out)) == len(frames)
+
+
 def test_a_face_zoomed_closer_than_the_frame_stays_covered(tmp_path: Path, media: Path) -> None:
     """A zoom into the man of the head-pose clip (7x by frame 24, about x=330, y=110) until his face overflows
     the frame: the detector loses it there, and his eyes, nose and mouth were left uncovered on the last 13

@@ -120,7 +120,8 @@ class VideoSource:
         self._reformatter = VideoReformatter()  # keeps swscale's context (and colour tables) across frames
         self.name = name
         self.is_live = is_live
-        self._video = container.streams.video[0]
+        self._video = pick_video_stream(container, name)
+        self._sole_video = len(container.streams.video) == 1  # else the container's duration may be another's
         self._video.thread_type = "AUTO"
         audio = container.streams.audio
         self._audio = audio[0] if audio else None
@@ -191,7 +192,7 @@ class VideoSource:
         stream = self._video
         if stream.duration and stream.time_base:
             return float(stream.duration * stream.time_base)
-        if self._container.duration:
+        if self._container.duration and self._sole_video:
             return self._container.duration / av.time_base
         return None
 
@@ -379,6 +380,18 @@ class VideoSource:
             return 0
         rate = self.average_rate or Fraction(25)
         return self._last_pts + max(1, round(1 / (rate * time_base)))
+
+
+def pick_video_stream(container: av.container.InputContainer, name: str) -> av.VideoStream:
+    """The stream a player would show (FFmpeg's best: never a cover picture, which may come first), and a
+    warning where the file holds further video streams, which the output does not carry."""
+    shown = container.streams.best("video") or container.streams.video[0]
+    others = [s for s in container.streams.video
+              if s is not shown and not s.disposition & av.stream.Disposition.attached_pic]
+    if others:
+        log.warning("%s: %d more video stream(s) beside #%d (%dx%d) are left out of the output",
+                    name, len(others), shown.index, shown.codec_context.width, shown.codec_context.height)
+    return shown
 
 
 def open_source(
