@@ -430,10 +430,17 @@ def test_folder_of_images_and_videos(tmp_path: Path, media: Path) -> None:
     folder.mkdir()
     (folder / "a.jpg").write_bytes((media / "two_people.jpg").read_bytes())
     make_video(folder / "b.mp4", face_frames(media, 3))
+    photo = cv2.imread(str(media / "two_people.jpg"))
+    cv2.imwrite(str(folder / "c.tif"), photo)  # TIFF was skipped unseen: "1 ok" for a folder of photos
+    (folder / "d.heic").write_bytes(b"not read")
+    (folder / "notes.txt").write_text("not media")
     proc = run_cli("run", str(folder), "--no-progress")
     assert proc.returncode == 0, _err_line(proc)
+    assert "2 file(s) not read, not a photo or video this tool reads (d.heic, notes.txt)" in proc.stderr.decode()
     out = tmp_path / "in_anonymized"
-    assert sorted(p.name for p in out.iterdir()) == ["a.jpg", "b.mp4"]
+    assert sorted(p.name for p in out.iterdir()) == ["a.jpg", "b.mp4", "c.tif"]
+    changed = np.abs(cv2.imread(str(out / "c.tif")).astype(int) - photo).max(axis=2) > 20
+    assert 0.01 < changed.mean() < 0.5  # its two faces covered, the rest as it was (lossless)
 
 
 def _folder_with_bad_files(tmp_path: Path, media: Path) -> Path:

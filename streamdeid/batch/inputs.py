@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from ..types import StreamdeidError
-from ..video.images import IMAGE_EXTENSIONS, VIDEO_EXTENSIONS, is_image, list_media
+from ..video.images import IMAGE_EXTENSIONS, VIDEO_EXTENSIONS, is_image, list_media, say_unread, unread_files
 from ..run.options import manifest_options
 
 MANIFEST_SUFFIXES = (".txt", ".list", ".lst", ".csv")
@@ -76,10 +76,13 @@ def _outside(out: Path, rel: str) -> str:
 def _walk(root: Path, skip: Path) -> list[Path]:
     skip = skip.resolve()
     found: list[Path] = []
+    unread: list[Path] = []
     for dirpath, dirnames, _ in os.walk(root):
         here = Path(dirpath)
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and (here / d).resolve() != skip)
         found += list_media(here)
+        unread += unread_files(here)
+    say_unread(unread, root)
     return found
 
 

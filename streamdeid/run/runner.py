@@ -24,7 +24,7 @@ from ..render import FrameRenderer
 from ..summary import RunSummary
 from ..types import StreamdeidError
 from ..vault import source_fingerprint, vault_path_for
-from ..video.images import is_image, list_media
+from ..video.images import is_image, list_media, say_unread, unread_files
 from ..video.inputs import STREAM_SCHEMES
 from ..video.partial import partial_path_for
 from ..video.stream_writer import is_stream_output
@@ -228,6 +228,7 @@ class Runner:
         files = list_media(src)
         if not files:
             raise StreamdeidError(f"{src}: no images or videos in this folder")
+        say_unread(unread_files(src), src)
         if out.exists() and not out.is_dir():
             raise StreamdeidError(f"{out} is a file: the output of a folder is a folder (give another -o)")
         try:

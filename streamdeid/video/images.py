@@ -6,6 +6,7 @@ reader. GIF counts as video because it is usually animated.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from pathlib import Path
@@ -15,7 +16,9 @@ import numpy as np
 
 from streamdeid.types import StreamdeidError
 
-IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".webp"})
+log = logging.getLogger(__name__)
+
+IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".jpe", ".png", ".bmp", ".webp", ".tif", ".tiff"})
 VIDEO_EXTENSIONS = frozenset(
     {".mp4", ".m4v", ".mkv", ".mov", ".avi", ".webm", ".gif", ".ts", ".mts", ".mpg", ".mpeg", ".wmv", ".flv"}
 )
@@ -43,19 +46,31 @@ def list_media(folder: str | os.PathLike[str], images: bool = True, videos: bool
 
     Hidden files and our own ``*.partial.*`` leftovers are skipped.
     """
+    wanted = (IMAGE_EXTENSIONS if images else frozenset()) | (VIDEO_EXTENSIONS if videos else frozenset())
+    return sorted((p for p in _visible_files(folder) if p.suffix.lower() in wanted), key=_natural_key)
+
+
+def unread_files(folder: str | os.PathLike[str]) -> list[Path]:
+    """Visible files directly inside ``folder`` that ``list_media`` leaves out (a .heic photo, a text file),
+    which a folder run says it did not read rather than skipping them unseen."""
+    media = IMAGE_EXTENSIONS | VIDEO_EXTENSIONS
+    return sorted((p for p in _visible_files(folder) if p.suffix.lower() not in media), key=_natural_key)
+
+
+def _visible_files(folder: str | os.PathLike[str]) -> list[Path]:
+    """Files inside ``folder``, but hidden ones and our own ``*.partial.*`` leftovers."""
     root = Path(folder)
     if not root.is_dir():
         raise StreamdeidError(f"not a folder: {root}")
-    wanted = (IMAGE_EXTENSIONS if images else frozenset()) | (VIDEO_EXTENSIONS if videos else frozenset())
-    found = [
-        p
-        for p in root.iterdir()
-        if p.is_file()
-        and p.suffix.lower() in wanted
-        and not p.name.startswith(".")
-        and not p.stem.endswith(".partial")
-    ]
-    return sorted(found, key=_natural_key)
+    return [p for p in root.iterdir()
+            if p.is_file() and not p.name.startswith(".") and not p.stem.endswith(".partial")]
+
+
+def say_unread(files: list[Path], where: str | os.PathLike[str]) -> None:
+    """One warning naming up to three files a folder run did not read, and how many there are."""
+    if files:
+        names = ", ".join(p.name for p in files[:3]) + (", ..." if len(files) > 3 else "")
+        log.warning("%s: %d file(s) not read, not a photo or video this tool reads (%s)", where, len(files), names)
 
 
 def read_image(path: str | os.PathLike[str]) -> np.ndarray:
@@ -75,7 +90,13 @@ def decode_image(data: bytes, name: str | os.PathLike[str]) -> np.ndarray:
     if jpeg_is_truncated(data):
         # libjpeg would decode the part that is there, grey below, and print its own warning
         raise StreamdeidError(f"{name}: truncated JPEG (the file ends before its image does)")
-    image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR) if data else None  # (empty: cv2 asserts)
+    buf = np.frombuffer(data, np.uint8)
+    if data[:4] in (b"II*\x00", b"MM\x00*"):  # a TIFF may hold pages that imdecode would not read
+        ok, pages = cv2.imdecodemulti(buf, cv2.IMREAD_COLOR)
+        if ok and len(pages) > 1:
+            raise StreamdeidError(f"{name}: a TIFF of {len(pages)} pages; only one-page images are read "
+                                  "(split it into one file per page first)")
+    image = cv2.imdecode(buf, cv2.IMREAD_COLOR) if data else None  # (empty: cv2 asserts)
     if image is None:
         raise StreamdeidError(f"{name}: not a readable image")
     return image
