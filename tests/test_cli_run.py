@@ -363,6 +363,27 @@ def test_the_shown_video_stream_is_anonymized_not_a_cover_picture_before_it(tmp_
     assert len(decode(out)) == len(frames)
 
 
+def test_anamorphic_video_keeps_its_pixel_shape(tmp_path: Path, media: Path) -> None:
+    """PAL widescreen stores 720x576 with pixels 64:45 wide; the output had square pixels and played
+    squashed at 5:4. Its sample aspect ratio is kept, in MP4 and Matroska."""
+    src = tmp_path / "pal.mp4"
+    with av.open(str(src), "w") as c:
+        s = c.add_stream("libx264", rate=12)
+        s.width, s.height, s.pix_fmt = 720, 576, "yuv420p"
+        s.codec_context.sample_aspect_ratio = Fraction(64, 45)
+        for img in _walking_frames(media, 4):
+            for packet in s.encode(av.VideoFrame.from_ndarray(cv2.resize(img, (720, 576)), format="bgr24")):
+                c.mux(packet)
+        for packet in s.encode():
+            c.mux(packet)
+    for ext in (".mp4", ".mkv"):
+        out = tmp_path / f"out{ext}"
+        proc = run_cli("run", str(src), "-o", str(out), "--no-progress")
+        assert proc.returncode == 0, _err_line(proc)
+        with av.open(str(out)) as c:
+            assert c.streams.video[0].display_aspect_ratio == Fraction(16, 9), ext
+
+
 def test_a_face_zoomed_closer_than_the_frame_stays_covered(tmp_path: Path, media: Path) -> None:
     """A zoom into the man of the head-pose clip (7x by frame 24, about x=330, y=110) until his face overflows
     the frame: the detector loses it there, and his eyes, nose and mouth were left uncovered on the last 13

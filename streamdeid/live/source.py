@@ -194,6 +194,10 @@ class LiveSource:
         return self._template().rotation
 
     @property
+    def sample_aspect_ratio(self) -> Fraction | None:
+        return self._template().sample_aspect_ratio
+
+    @property
     def format_name(self) -> str:
         return self._template().format_name
 

@@ -166,6 +166,16 @@ class VideoSource:
         return Fraction(rate) if rate else None
 
     @property
+    def sample_aspect_ratio(self) -> Fraction | None:
+        """The shape of a pixel as the writer stores frames (anamorphic video: 720x576 shown at 16:9); None
+        for square or unknown pixels. A mirrored video turned a quarter is written upright: inverted."""
+        sar = self._video.codec_context.sample_aspect_ratio
+        if not sar or sar == 1:
+            return None
+        sar = Fraction(sar)
+        return 1 / sar if self._orientation.mirrored and self._orientation.turns % 2 else sar
+
+    @property
     def pace(self) -> float:
         """Frames per second the pipeline sizes its time windows by (hold, look-ahead, scan spacing). A
         recording with pauses (a motion-triggered camera) has a mean rate far under its frames' own rate,

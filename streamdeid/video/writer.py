@@ -71,6 +71,7 @@ class VideoTemplate(Protocol):
     time_base: Fraction
     average_rate: Fraction | None
     rotation: int
+    sample_aspect_ratio: Fraction | None  # non-square pixels (anamorphic video), kept so it plays as wide
     color: ColorInfo
     audio_stream: av.audio.stream.AudioStream | None
 
@@ -265,6 +266,8 @@ class VideoWriter:
             tag_colors(stream, t.color)
         if t.rotation and self._keeps_rotation():
             stream.set_display_rotation(t.rotation)
+        if t.sample_aspect_ratio and enc.codec != "gif":
+            stream.codec_context.sample_aspect_ratio = t.sample_aspect_ratio
         return stream
 
     def _add_audio_stream(self, source: av.audio.stream.AudioStream | None) -> None:
