@@ -384,6 +384,18 @@ def test_anamorphic_video_keeps_its_pixel_shape(tmp_path: Path, media: Path) -> 
             assert c.streams.video[0].display_aspect_ratio == Fraction(16, 9), ext
 
 
+def test_a_webm_input_gets_a_webm_output_it_can_hold(tmp_path: Path, media: Path) -> None:
+    """The default output of in.webm is in_anonymized.webm, which cannot hold H.264: the run failed with
+    "codec libx264 cannot be stored in .webm files". WebM outputs are encoded VP9."""
+    src = make_video(tmp_path / "in.webm", _walking_frames(media, 6), codec="libvpx-vp9")
+    proc = run_cli("run", str(src), "--no-progress")
+    assert proc.returncode == 0, _err_line(proc)
+    out = tmp_path / "in_anonymized.webm"
+    with av.open(str(out)) as c:
+        assert c.streams.video[0].codec_context.name == "vp9"
+    assert len(decode(out)) == 6
+
+
 def test_a_face_zoomed_closer_than_the_frame_stays_covered(tmp_path: Path, media: Path) -> None:
     """A zoom into the man of the head-pose clip (7x by frame 24, about x=330, y=110) until his face overflows
     the frame: the detector loses it there, and his eyes, nose and mouth were left uncovered on the last 13

@@ -93,6 +93,11 @@ def choose_video_encoding(config: OutputConfig, width: int, height: int, ext: st
     if ext.lower() == ".gif":
         return VideoEncoding("gif", "pal8")
     codec, pix_fmt = config.codec, config.pix_fmt or default_pix_fmt(config)
+    if ext.lower() == ".webm" and codec in X264_LIKE:
+        # WebM holds VP8, VP9 and AV1 only: a .webm input's default output name ends in .webm too
+        log.info("WebM cannot hold %s: encoding VP9", codec)
+        codec = "libvpx-vp9"
+        pix_fmt = config.pix_fmt or ("gbrp" if config.crf == 0 else "yuv420p")
     if codec == "libx264" and pix_fmt in RGB_PIX_FMTS:
         codec = "libx264rgb"  # plain libx264 has no RGB input; this is its RGB twin
     supported = _encoder_pix_fmts(codec)
@@ -145,7 +150,8 @@ def _codec_options(codec: str, config: OutputConfig) -> dict[str, str]:
     if codec == "libvpx-vp9":
         if config.crf == 0:
             return {"lossless": "1"}
-        return {"crf": str(config.crf), "b": "0", "row-mt": "1"}
+        # cpu-used 4: libvpx's default (1) encodes 1080p at a few frames a second here
+        return {"crf": str(config.crf), "b": "0", "row-mt": "1", "deadline": "good", "cpu-used": "4"}
     if codec == "ffv1":
         # level 3 allows slices (threads); slice CRCs detect damage on decode.
         return {"level": "3", "slicecrc": "1", "slices": "4"}
