@@ -19,6 +19,7 @@ from conftest import decode, make_video, run_cli
 from streamdeid.edits import (
     FORMAT, VERSION, Box, EditPlan, Edits, SourceInfo, check_source, load_edits, owner, save_edits, with_added,
 )
+from streamdeid.edits.format import from_json
 from streamdeid.types import Detections, Frame, FrameResult, StreamdeidError, TrackedFace
 
 N = 30  # frames of the clip (a scene cut at frame 20)
@@ -160,6 +161,30 @@ def test_plan_removes_a_track_on_every_frame_after_a_first_pass() -> None:
     plan.resolve(r0)
     plan.apply(r0)  # frame 0, before the removal's frame: already known
     assert [f.track_id for f in r0.faces] == [6] and [f.track_id for f in r0.kept] == [5]
+
+
+def test_a_removal_uncovers_no_frame_beyond_the_reviewed_cover() -> None:
+    """A drawn box moves the detector's runs, so a re-run's tracks can differ from the reviewed run's: a
+    reviewer's removal of a back-filled cover (frames 31-81) went to the singer's track (frames 20-81) and
+    uncovered his face on frames 20-30, which the reviewer never marked. The review writes the reviewed
+    cover's frames, and the track is undrawn on those only."""
+    lm = np.zeros((5, 2))
+    edits = _edits(add=[], remove=[Box(46, (100, 100, 150, 160), (31, 81))])
+
+    def result(index: int) -> FrameResult:
+        return FrameResult(Frame(index, np.zeros((8, 8, 3), np.uint8), index, None),
+                           [TrackedFace(5, [100, 100, 150, 160], lm, 0.9)])
+
+    first = EditPlan(edits, report=False)
+    first.resolve(result(46))
+    plan = EditPlan(edits, first.decided)
+    for index, drawn in ((20, True), (30, True), (31, False), (81, False), (82, True)):
+        r = result(index)
+        plan.apply(r)
+        assert bool(r.faces) == drawn, index
+    assert plan.hidden[5] == [31, 81, 2]
+    with pytest.raises(StreamdeidError, match="frames must be"):
+        from_json({**edits.to_json(), "remove": [{"frame": 46, "box": [1, 1, 9, 9], "frames": [50, 81]}]})
 
 
 def test_a_track_an_added_box_went_into_is_never_removed() -> None:

@@ -474,6 +474,9 @@ def test_a_rotated_output_is_reviewed_as_it_is_shown(tmp_path) -> None:
     assert right["box"][0] > 270
     saved = review.save({"add": [], "remove": [{"frame": right["frame"], "box": right["box"]}]})
     assert saved["remove"] == 1
+    track = [r for r in audit(log) if r["track"] == right["track"]]  # the reviewed cover's frames, written
+    assert json.loads(Path(saved["path"]).read_text())["remove"][0]["frames"] == [min(r["frame"] for r in track),
+                                                                                 max(r["frame"] for r in track)]
     proc = run_cli("run", str(src), "-o", str(tmp_path / "again.mp4"), "--key-file", str(key), "--edits",
                    saved["path"], "--anonymizer", "solid", "--no-progress")
     assert proc.returncode == 0, proc.stderr.decode()

@@ -95,6 +95,13 @@ class EditPlan:
         self.decided: dict[int, int | None] = dict(self._first or {})  # removal index -> track (None: no face)
         self.added: dict[int, int] = dict(added or {})  # track -> the first added box (index) it took
         self.removed: set[int] = {t for t in self.decided.values() if t is not None} - set(self.added)  # not drawn
+        # track -> the reviewed covers' frame spans it is undrawn on (None: every frame); a re-run whose
+        # tracks differ from the reviewed run's (an added box moves the detector's runs) may give the removal's
+        # box to a track that reaches beyond the cover the reviewer saw: it stays drawn there
+        self.spans: dict[int, list[tuple[int, int] | None]] = {}
+        for k, t in self.decided.items():
+            if t is not None:
+                self.spans.setdefault(t, []).append(edits.remove[k].frames)
         self.hidden: dict[int, list[int]] = {}  # track -> [first frame, last frame, faces] not drawn
         self.last_frame = -1  # the last frame ``resolve`` saw
 
@@ -115,6 +122,8 @@ class EditPlan:
                 log.warning("edits: remove[%d] at frame %d named track %s on the first pass and %s now (tracking "
                             "did not repeat exactly); both are left undrawn from here on", k, result.frame.index,
                             self._first.get(k), track)
+            if track is not None and self.decided.get(k) != track:
+                self.spans.setdefault(track, []).append(self.edits.remove[k].frames)
             self.decided[k] = track
             if track is not None and track not in self.added:
                 self.removed.add(track)
@@ -123,15 +132,19 @@ class EditPlan:
         """The faces of removed tracks move from ``result.faces`` to ``result.kept`` (not rendered, not vaulted)."""
         if not self.removed:
             return
-        gone = [f for f in result.faces if f.track_id in self.removed]
+        index = result.frame.index
+        gone = [f for f in result.faces if f.track_id in self.removed and self._undrawn(f.track_id, index)]
         if not gone:
             return
-        result.faces = [f for f in result.faces if f.track_id not in self.removed]
+        result.faces = [f for f in result.faces if not any(f is g for g in gone)]
         result.kept = list(result.kept) + gone
-        index = result.frame.index
         for f in gone:
             span = self.hidden.setdefault(f.track_id, [index, index, 0])
             span[0], span[1], span[2] = min(span[0], index), max(span[1], index), span[2] + 1
+
+    def _undrawn(self, track: int, index: int) -> bool:
+        """Is removed ``track`` undrawn on frame ``index``: inside a span its removals name (or any frame)."""
+        return any(span is None or span[0] <= index <= span[1] for span in self.spans.get(track, [None]))
 
     def finish(self) -> None:
         """End of the video: one line per removal (a person's decision, on the record), and the edits that fell

@@ -4,10 +4,12 @@
      "source": {"name": "clip.mp4", "frames": 275, "width": 640, "height": 360},
      "output": "clip_anonymized.mp4",
      "add": [{"frame": 12, "box": [100.0, 40.0, 160.0, 110.0]}],
-     "remove": [{"frame": 30, "box": [300, 20, 380, 120]}]}
+     "remove": [{"frame": 30, "box": [300, 20, 380, 120], "frames": [24, 61]}]}
 
 ``add``: faces the run missed (covered from that frame, followed like a detected face); ``remove``: covers
-that are not a face (the track owning the cover at that frame is not drawn). Frames count decoded frames
+that are not a face (the track owning the cover at that frame is not drawn, on the reviewed cover's
+``frames`` only where the review wrote them: a re-run whose tracks differ never uncovers more than the
+reviewer saw). Frames count decoded frames
 from 0; boxes are x1, y1, x2, y2 in the source's pixels. ``load_edits`` checks everything it reads and says
 what is wrong in one line (``StreamdeidError``); ``check_source`` refuses edits made on another video.
 """
@@ -32,6 +34,7 @@ VERSION = 1
 _TOP = ("format", "version", "source", "output", "add", "remove")
 _SOURCE = ("name", "frames", "width", "height")
 _BOX = ("frame", "box")
+_BOX_OPTIONAL = ("frames",)
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,9 @@ class Box:
 
     frame: int
     box: tuple[float, float, float, float]
+    # a removal's reviewed cover: its first and last frame (the re-run leaves its track undrawn there only);
+    # None: the whole track (files written by hand, or before the review wrote spans)
+    frames: tuple[int, int] | None = None
 
 
 @dataclass
@@ -77,7 +83,10 @@ class Edits:
 
 
 def _box_json(b: Box) -> dict:
-    return {"frame": b.frame, "box": [float(v) for v in b.box]}
+    out: dict[str, Any] = {"frame": b.frame, "box": [float(v) for v in b.box]}
+    if b.frames is not None:
+        out["frames"] = list(b.frames)
+    return out
 
 
 def load_edits(path: str | Path) -> Edits:
@@ -174,7 +183,7 @@ def _boxes(items: Any, where: str) -> list[Box]:
 def _box(item: Any, where: str) -> Box:
     if not isinstance(item, dict):
         raise _Invalid(f"{where}: must be an object {{\"frame\": N, \"box\": [x1, y1, x2, y2]}}")
-    _known_keys(item, _BOX, where)
+    _known_keys(item, _BOX + _BOX_OPTIONAL, where)
     for name in _BOX:
         if name not in item:
             raise _Invalid(f"{where}: missing field \"{name}\"")
@@ -187,7 +196,19 @@ def _box(item: Any, where: str) -> Box:
     if not ok:
         raise _Invalid(f"{where}: box must be 4 finite numbers [x1, y1, x2, y2] with x2 > x1 and y2 > y1, "
                        f"got {json.dumps(box)[:60]}")
-    return Box(frame, tuple(float(v) for v in box))
+    return Box(frame, tuple(float(v) for v in box), _span(item.get("frames"), frame, where))
+
+
+def _span(frames: Any, frame: int, where: str) -> tuple[int, int] | None:
+    """A removal's optional ``frames``: [first, last] around its own frame."""
+    if frames is None:
+        return None
+    ok = (isinstance(frames, list) and len(frames) == 2 and all(_is_int(v) for v in frames)
+          and 0 <= frames[0] <= frame <= frames[1])
+    if not ok:
+        raise _Invalid(f"{where}: frames must be [first, last] whole numbers around frame {frame}, "
+                       f"got {json.dumps(frames)[:40]}")
+    return int(frames[0]), int(frames[1])
 
 
 def save_edits(edits: Edits, path: str | Path) -> None:

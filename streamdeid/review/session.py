@@ -379,6 +379,13 @@ class Review:
         k = int(iou.argmax())
         return covers[k].track if iou[k] > 0.3 else None
 
+    def track_span(self, track: int) -> tuple[int, int]:
+        """The first and last frame of ``track``'s covers in the reviewed run."""
+        if self._by_frame is None:
+            self._by_frame = self.tracks.by_frame()
+        frames = [f for f, covers in self._by_frame.items() if any(c.track == track for c in covers)]
+        return min(frames), max(frames)
+
     def source_info(self):
         from ..edits.format import SourceInfo
 
@@ -399,9 +406,11 @@ class Review:
         remove = []
         for item in payload.get("remove", []):
             b = self._box(item, facts, Box)
-            if self.track_at(b.frame, b.box) is None:
+            track = self.track_at(b.frame, b.box)
+            if track is None:
                 raise ValueError(f"no cover at frame {b.frame} box {list(b.box)} to remove")
-            remove.append(b)
+            # the reviewed cover's frames: the re-run uncovers no more than these (edits/apply.py)
+            remove.append(Box(b.frame, b.box, self.track_span(track)))
         edits = Edits(source=self.source_info(), add=add, remove=remove, output=self.output.name)
         save_edits(edits, self.edits_path)
         self.echo(f"streamdeid: saved {len(add)} added boxes and {len(remove)} removals to {self.edits_path}")
