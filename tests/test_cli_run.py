@@ -669,6 +669,33 @@ def test_interrupt_leaves_playable_partial(tmp_path: Path, media: Path, sig: int
     assert 0 < len(frames) < LONG_FRAMES
 
 
+def test_an_interrupted_rerun_leaves_the_earlier_output_its_vault_and_log(tmp_path: Path, media: Path) -> None:
+    """Re-rendering over an output (--overwrite, as after a review) and stopping it midway kept the old output
+    but had already truncated its vault and audit log: its faces could no longer be recovered. Both are
+    written beside the partial output now, and replace the old ones only with it."""
+    key, out, log = tmp_path / "k.key", tmp_path / "out.mp4", tmp_path / "out.jsonl"
+    vault = tmp_path / "out.mp4.sdv"
+    first = run_cli("run", str(make_video(tmp_path / "short.mp4", face_frames(media, 8))), "-o", str(out),
+                    "--key-file", str(key), "--new-key", "--export-tracks", str(log), "--no-progress")
+    assert first.returncode == 0, _err_line(first)
+    before = {p: p.read_bytes() for p in (out, vault, log)}
+    proc = subprocess.Popen([sys.executable, "-m", "streamdeid.cli", "run", str(_long_input(tmp_path, media)),
+                             "-o", str(out), "--key-file", str(key), "--export-tracks", str(log), "--overwrite",
+                             "--no-progress"], stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    partial = tmp_path / "out.partial.mp4"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (not partial.exists() or partial.stat().st_size < 50_000):
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run ended before it could be interrupted"
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert {p: p.read_bytes() for p in before} == before  # the earlier output, vault and log, as they were
+    assert (tmp_path / "out.partial.mp4.sdv").is_file() and (tmp_path / "out.jsonl.partial").is_file()
+    assert run_cli("recover", str(out), "--key-file", str(key), "-o", str(tmp_path / "back.mp4")).returncode == 0
+
+
 def test_stdin_to_stdout_keeps_every_frame(tmp_path: Path, media: Path) -> None:
     src = make_video(tmp_path / "in.mkv", face_frames(media, 8))
     proc = run_cli("run", "-", "-o", "-", "--no-progress", input=src.read_bytes())

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import time
 from pathlib import Path
 
@@ -51,12 +52,16 @@ def run_video(src: str, out: Path | str, config: PipelineConfig, renderer: Frame
         if isinstance(out, Path):
             _drop_stale_vault(vault_path_for(writer.partial_path), "an interrupted run's partial output, "
                               "which this run writes over")
+        # the vault is written beside the partial output and moved beside the output once that is in place:
+        # an earlier output's vault (--overwrite) stays until then, whatever stops this run
+        writing = vault_path_for(writer.partial_path) if vault_path is not None and isinstance(out, Path) \
+            else vault_path
         vault_writer = None
         try:
             summary = RunSummary()
             observers, closers = track_observers(config, summary, keys.video_id)
             if vault_path is not None:
-                vault_writer = open_vault_writer(vault_path, keys, source=src, output=out,
+                vault_writer = open_vault_writer(writing, keys, source=src, output=out,
                                                  store_crops=store_crops, overwrite=config.output.overwrite,
                                                  pipeline=pipeline_meta(config, renderer.anonymizer),
                                                  quality=vault_quality(config.output),
@@ -73,11 +78,11 @@ def run_video(src: str, out: Path | str, config: PipelineConfig, renderer: Frame
                 out = out if kept is None else Path(kept)
                 log.warning("interrupted: %d frames written to %s", summary.frames, redact(str(out)))
         finally:
-            for close in closers:
-                close()
+            for close in closers:  # the audit log replaces an earlier one only with the output
+                close(publish=ok and not summary.interrupted, discard=not ok and not summary.interrupted)
             if not summary.interrupted:
                 writer.close(success=ok)
-            vault_path = _finish_vault(vault_writer, vault_path, ok, summary.interrupted, out)
+            vault_path = _finish_vault(vault_writer, writing, vault_path, ok, summary.interrupted, out)
     if ok and replacing and vault_path is None and not summary.interrupted:
         _drop_replaced_vault(out)
     return RunResult(out, summary, vault_path)
@@ -146,17 +151,19 @@ def track_pass(src: str, config: PipelineConfig, renderer: FrameRenderer, edits:
     log.info("edits: removals decided in a tracking pass over %s (%.1f s)", redact(src), time.perf_counter() - t0)
 
 
-def _finish_vault(vault_writer, vault_path: Path | None, ok: bool, interrupted: bool, out: Path) -> Path | None:
-    """Close the vault beside a published (or, on Ctrl-C, partial) output; delete it on failure."""
-    if vault_writer is None or vault_path is None:
+def _finish_vault(vault_writer, writing: Path | None, vault_path: Path | None, ok: bool, interrupted: bool,
+                  out: Path) -> Path | None:
+    """Close the vault (written at ``writing``) and put it beside a published output (``vault_path``) or, on
+    Ctrl-C, beside the partial one; delete it on failure. An earlier vault at ``vault_path`` is replaced only
+    in the first case."""
+    if vault_writer is None or vault_path is None or writing is None:
         return None
     if ok or interrupted:
         vault_writer.close()
-        if interrupted:
-            kept = vault_path_for(out)
-            vault_path.rename(kept)
-            return kept
-        return vault_path
+        target = vault_path_for(out) if interrupted else vault_path
+        if writing != target:
+            os.replace(writing, target)
+        return target
     vault_writer.abort()
-    vault_path.unlink(missing_ok=True)
+    writing.unlink(missing_ok=True)
     return None
