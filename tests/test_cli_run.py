@@ -646,22 +646,29 @@ def _long_input(tmp_path: Path, media: Path) -> Path:
     return make_video(tmp_path / "long.mp4", frames * (LONG_FRAMES // 30), fps=30)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
-def test_interrupt_leaves_playable_partial(tmp_path: Path, media: Path, sig: int) -> None:
-    src = _long_input(tmp_path, media)
-    out = tmp_path / "out.mp4"
+def _stopped_midway(sig: int, *run_args: str) -> tuple[subprocess.Popen, bytes]:
+    """``streamdeid run RUN_ARGS`` (its -o OUT.mp4 among them) sent ``sig`` once OUT.partial.mp4 passes 50 KB:
+    the ended process and its stderr."""
+    out = Path(run_args[run_args.index("-o") + 1])
+    partial = out.with_name(out.stem + ".partial" + out.suffix)
     # SIG_DFL for SIGINT in the child: a suite started in the background (``cmd &``) has SIGINT
     # ignored, which children inherit, and Python then installs no KeyboardInterrupt handler.
-    proc = subprocess.Popen([sys.executable, "-m", "streamdeid.cli", "run", str(src), "-o", str(out),
-                             "--no-progress"], stderr=subprocess.PIPE,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    partial = tmp_path / "out.partial.mp4"
+    proc = subprocess.Popen([sys.executable, "-m", "streamdeid.cli", "run", *run_args, "--no-progress"],
+                            stderr=subprocess.PIPE, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and (not partial.exists() or partial.stat().st_size < 50_000):
         time.sleep(0.05)
     assert proc.poll() is None, "the run ended before it could be interrupted"
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
+    return proc, err
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
+def test_interrupt_leaves_playable_partial(tmp_path: Path, media: Path, sig: int) -> None:
+    out = tmp_path / "out.mp4"
+    proc, err = _stopped_midway(sig, str(_long_input(tmp_path, media)), "-o", str(out))
+    partial = tmp_path / "out.partial.mp4"
     assert proc.returncode != 0
     assert "Traceback" not in err.decode()
     assert not out.exists()  # the final name only ever holds a complete output
@@ -679,17 +686,8 @@ def test_an_interrupted_rerun_leaves_the_earlier_output_its_vault_and_log(tmp_pa
                     "--key-file", str(key), "--new-key", "--export-tracks", str(log), "--no-progress")
     assert first.returncode == 0, _err_line(first)
     before = {p: p.read_bytes() for p in (out, vault, log)}
-    proc = subprocess.Popen([sys.executable, "-m", "streamdeid.cli", "run", str(_long_input(tmp_path, media)),
-                             "-o", str(out), "--key-file", str(key), "--export-tracks", str(log), "--overwrite",
-                             "--no-progress"], stderr=subprocess.PIPE,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    partial = tmp_path / "out.partial.mp4"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and (not partial.exists() or partial.stat().st_size < 50_000):
-        time.sleep(0.05)
-    assert proc.poll() is None, "the run ended before it could be interrupted"
-    proc.send_signal(signal.SIGINT)
-    proc.communicate(timeout=60)
+    proc, _ = _stopped_midway(signal.SIGINT, str(_long_input(tmp_path, media)), "-o", str(out), "--key-file",
+                              str(key), "--export-tracks", str(log), "--overwrite")
     assert proc.returncode == 130
     assert {p: p.read_bytes() for p in before} == before  # the earlier output, vault and log, as they were
     assert (tmp_path / "out.partial.mp4.sdv").is_file() and (tmp_path / "out.jsonl.partial").is_file()
