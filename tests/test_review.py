@@ -485,3 +485,44 @@ def test_a_rotated_output_is_reviewed_as_it_is_shown(tmp_path) -> None:
         with pytest.raises(ValueError) as err:
             review.save(bad)
         assert "\n" not in str(err.value) and "int()" not in str(err.value)
+
+
+def test_save_keeps_what_it_did_not_load_and_replaces_nothing_else(tmp_path) -> None:
+    """Save sends the page's whole list: a second review (or tab) saving after this page loaded the file
+    dropped the first one's corrections unseen; now that save is refused. --edits naming a file that is not
+    an edits file (the key, the vault) was replaced by Save; now the review does not start. A --source of
+    another size only drew a warning, and the edits file then named it; now it is refused."""
+    pytest.importorskip("starlette", reason="the review extra is not installed (pip install -e '.[review]')")
+    from conftest import make_video
+
+    from streamdeid.review import Review, ReviewSettings
+    from streamdeid.types import StreamdeidError
+
+    frames = decode(MEDIA / "head-pose-face-detection-female-and-male.mp4")[:6]
+    src = make_video(tmp_path / "in.mp4", frames)
+    out, key, log = tmp_path / "out.mp4", tmp_path / "k.key", tmp_path / "out.jsonl"
+    proc = run_cli("run", str(src), "-o", str(out), "--key-file", str(key), "--new-key", "--export-tracks", str(log),
+                   "--anonymizer", "solid", "--no-progress")
+    assert proc.returncode == 0, proc.stderr.decode()
+
+    def review(**settings) -> Review:
+        r = Review(ReviewSettings(**{"output": out, "key_file": key, "source": None, "tracks": log, "scan": False,
+                                     **settings}), tmp_path, echo=lambda line: None)
+        r.prepare()
+        return r
+
+    a, b = review(), review()
+    stamp_a, stamp_b = a.state()["edits"]["stamp"], b.state()["edits"]["stamp"]
+    box = {"frame": 2, "box": [10, 10, 60, 60]}
+    saved = a.save({"add": [box], "remove": [], "stamp": stamp_a})
+    with pytest.raises(ValueError, match="changed since this page loaded it"):
+        b.save({"add": [], "remove": [], "stamp": stamp_b})
+    b.save({"add": [box], "remove": [], "stamp": saved["stamp"]})  # after a reload: the page's stamp is current
+    for precious in (key, tmp_path / "out.mp4.sdv"):
+        kept = precious.read_bytes()
+        with pytest.raises(StreamdeidError, match="is not an edits file"):
+            review(edits=precious, key_file=None, source=src)
+        assert precious.read_bytes() == kept
+    other = make_video(tmp_path / "other.mp4", [f[:, :200] for f in frames])
+    with pytest.raises(StreamdeidError, match="not the run's source"):
+        review(source=other, key_file=None)

@@ -105,6 +105,19 @@ class Review:
         self._by_frame: dict[int, list[Cover]] | None = None
 
     # ------------------------------------------------------------------ prepare
+    def _check_edits_file(self) -> None:
+        """Save replaces the edits file: one that is there must be an edits file (a mistyped --edits naming a
+        vault, a key or anything else would be lost)."""
+        if not self.edits_path.exists():
+            return
+        from ..edits.format import load_edits
+
+        try:
+            load_edits(self.edits_path)
+        except StreamdeidError as exc:
+            raise StreamdeidError(f"{self.edits_path} is there and is not an edits file ({str(exc).split(': ', 1)[-1]}); "
+                                  "Save would replace it: give --edits another path") from None
+
     def prepare(self) -> None:
         s = self.settings
         if not self.output.is_file():
@@ -112,6 +125,7 @@ class Review:
         # Save writes the edits file: never over what the review reads (the key file above all)
         refuse_clobbering([("output", self.output), ("source", s.source), ("key file", s.key_file),
                            ("audit log", s.tracks)], [("edits file", self.edits_path)], overwrite=True)
+        self._check_edits_file()
         t0 = time.perf_counter()
         self.facts = facts = read_facts(self.output)
         self.timings["read"] = time.perf_counter() - t0
@@ -119,6 +133,10 @@ class Review:
             if not s.source.is_file():
                 raise StreamdeidError(f"{s.source}: no such file")
             self.source_facts = read_facts(s.source)
+            shown = (self.source_facts.width, self.source_facts.height)
+            if shown != (facts.width, facts.height):
+                raise StreamdeidError(f"{s.source} is {shown[0]}x{shown[1]}, the output {facts.width}x{facts.height}: "
+                                      "not the run's source (give the video the output was made from)")
             if self.source_facts.frames != facts.frames:
                 self.echo(f"streamdeid: warning: {s.source} has {self.source_facts.frames} frames, the output "
                           f"{facts.frames}: is it the run's source?")
@@ -354,17 +372,25 @@ class Review:
     def existing_edits(self) -> dict:
         """The corrections already saved (so a review can be continued), as the page's lists."""
         if not self.edits_path.is_file():
-            return {"add": [], "remove": []}
+            return {"add": [], "remove": [], "stamp": self.edits_stamp()}
         try:
             from ..edits.format import load_edits
 
             e = load_edits(self.edits_path)
         except Exception as exc:
             self.echo(f"streamdeid: warning: cannot load {self.edits_path}: {exc}")
-            return {"add": [], "remove": [], "error": str(exc)}
-        return {"add": [{"frame": b.frame, "box": list(b.box)} for b in e.add],
+            return {"add": [], "remove": [], "error": str(exc), "stamp": self.edits_stamp()}
+        return {"stamp": self.edits_stamp(), "add": [{"frame": b.frame, "box": list(b.box)} for b in e.add],
                 "remove": [{"frame": b.frame, "box": list(b.box), "track": self.track_at(b.frame, b.box)}
                            for b in e.remove]}
+
+    def edits_stamp(self) -> str:
+        """Which version of the edits file a page loaded: its size and change time ("" while there is none)."""
+        try:
+            st = self.edits_path.stat()
+        except OSError:
+            return ""
+        return f"{st.st_size}:{st.st_mtime_ns}"
 
     def track_at(self, frame: int, box) -> int | None:
         """The track whose cover on ``frame`` is ``box`` (the best overlap)."""
@@ -389,7 +415,7 @@ class Review:
     def source_info(self):
         from ..edits.format import SourceInfo
 
-        facts = self.source_facts or self.facts
+        facts = self.facts  # the boxes are in the output's pixels, frame for frame the source's (checked)
         name = self.settings.source.name if self.settings.source is not None else self.output.name
         return SourceInfo(name=name, frames=facts.frames, width=facts.width, height=facts.height)
 
@@ -411,10 +437,16 @@ class Review:
                 raise ValueError(f"no cover at frame {b.frame} box {list(b.box)} to remove")
             # the reviewed cover's frames: the re-run uncovers no more than these (edits/apply.py)
             remove.append(Box(b.frame, b.box, self.track_span(track)))
+        stamp = payload.get("stamp")
+        if stamp is not None and stamp != self.edits_stamp():
+            # another review (or another tab) saved since this page loaded the file: Save sends the whole list,
+            # and would drop that review's corrections
+            raise ValueError(f"{self.edits_path.name} changed since this page loaded it (another review or tab "
+                             "saved it): reload the page, which shows what is saved, and make your changes again")
         edits = Edits(source=self.source_info(), add=add, remove=remove, output=self.output.name)
         save_edits(edits, self.edits_path)
         self.echo(f"streamdeid: saved {len(add)} added boxes and {len(remove)} removals to {self.edits_path}")
-        return {"path": str(self.edits_path), "add": len(add), "remove": len(remove)}
+        return {"path": str(self.edits_path), "add": len(add), "remove": len(remove), "stamp": self.edits_stamp()}
 
     @staticmethod
     def _box(item: dict, facts: VideoFacts, Box):

@@ -23,6 +23,7 @@ const R = {
   selectedFlag: null,
   drag: null,          // box being drawn {x0, y0, x1, y1}
   dirty: false,
+  stamp: "",           // the version of the edits file loaded or last saved (Save refuses another's)
 };
 window.review = R;  // for people poking at it in the console
 
@@ -209,7 +210,9 @@ function renderCorrections() {
 }
 
 async function save() {
-  const body = { add: R.added, remove: [...R.removed.values()].map(({ frame, box }) => ({ frame, box })) };
+  // stamp: the version of the file this page loaded (the server refuses to save over another review's)
+  const body = { add: R.added, remove: [...R.removed.values()].map(({ frame, box }) => ({ frame, box })),
+                 stamp: R.stamp };
   $("save").disabled = true;
   setStatus("saving…");
   try {
@@ -218,6 +221,7 @@ async function save() {
     const out = await res.json();
     if (!res.ok) throw new Error(out.error || res.statusText);
     R.dirty = false;
+    R.stamp = out.stamp;
     $("save").classList.remove("dirty");
     setStatus(`saved: ${out.add} added, ${out.remove} removed → ${out.path}`);
     document.body.dataset.saved = out.path;
@@ -379,6 +383,7 @@ async function main() {
       R.byFrame.set(cv[0], list);
     }
   }
+  R.stamp = d.edits.stamp;
   for (const a of d.edits.add) R.added.push({ frame: a.frame, box: a.box });
   for (const r of d.edits.remove) if (r.track !== null) R.removed.set(r.track, { frame: r.frame, box: r.box, track: r.track });
   renderFacts(); renderFlags(); renderTracks(); renderCorrections();
