@@ -526,3 +526,35 @@ def test_save_keeps_what_it_did_not_load_and_replaces_nothing_else(tmp_path) -> 
     other = make_video(tmp_path / "other.mp4", [f[:, :200] for f in frames])
     with pytest.raises(StreamdeidError, match="not the run's source"):
         review(source=other, key_file=None)
+
+
+def test_faces_left_visible_are_shown_as_visible(tmp_path) -> None:
+    """--keep/--only decisions: the page read a key the audit log does not have ("visible" for
+    "left_visible"), said "judged" for a track left visible, printed the raw dict, and counted and drew
+    faces left visible as covers."""
+    pytest.importorskip("starlette", reason="the review extra is not installed (pip install -e '.[review]')")
+    from conftest import make_video
+
+    from streamdeid.review import Review, ReviewSettings
+
+    src = make_video(tmp_path / "in.mp4", decode(MEDIA / "head-pose-face-detection-female-and-male.mp4")[:6])
+    out, log = tmp_path / "out.mp4", tmp_path / "out.jsonl"
+    proc = run_cli("run", str(src), "-o", str(out), "--export-tracks", str(log), "--no-progress")
+    assert proc.returncode == 0, proc.stderr.decode()
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    kept = min(r["track"] for r in lines if "frame" in r)  # as --keep writes a track it leaves visible
+    for r in lines:
+        if r.get("track") == kept and "frame" in r:
+            r["method"] = "kept"
+    lines.append({"track": kept, "decision": {"judged": 6, "best": 0.8, "left_visible": True,
+                                              "visible_frames": [[0, 5]]}})
+    log.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    review = Review(ReviewSettings(output=out, source=src, tracks=log, scan=False), tmp_path, echo=lambda line: None)
+    review.prepare()
+    st = review.state()
+    track = next(t for t in st["tracks"] if t["id"] == kept)
+    assert {c[5] for c in track["covers"]} == {3}  # drawn as left visible, not as covers
+    facts = dict(st["facts"])
+    assert f"{kept}: left visible on frames 0-5" in facts["--keep/--only"]
+    assert facts["left visible"].startswith(f"{len(track['covers'])} faces of 1 tracks")
+    assert str(len([r for r in lines if "frame" in r]) - len(track["covers"])) + " faces" in facts["covers"]

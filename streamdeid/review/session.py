@@ -42,6 +42,17 @@ log = logging.getLogger(__name__)
 THUMB_HEIGHT = 112  # px of a thumbnail
 THUMB_GROW = 0.3  # a thumbnail shows the box grown by this share of its side on each side
 STATE_CODES = {"detected": 0, "held": 1, "backfilled": 2}
+KEPT_CODE = 3  # a face --keep/--only (or a removal) left visible: the audit log's method "kept"
+
+
+def decision_words(decision) -> str:
+    """An audit log's --keep/--only decision in words: "left visible on frames 0-7" or "covered"."""
+    if not isinstance(decision, dict):
+        return str(decision)
+    if not decision.get("left_visible"):
+        return "covered"
+    spans = ", ".join(f"{a}-{b}" for a, b in decision.get("visible_frames") or [])
+    return f"left visible on frames {spans}" if spans else "left visible"
 
 
 def default_edits_path(output: Path) -> Path:
@@ -260,7 +271,9 @@ class Review:
             for stem, box in want.get(index, ()):
                 self.thumbs[f"{stem}-out"] = thumbnail(image, box)
             if scan is not None and index % step == 0:
-                for box, _score in scan(index, image, by_frame.get(index, [])):
+                # a face --keep/--only left visible is visible: the scan shows it, as any face no cover is on
+                drawn = [c for c in by_frame.get(index, []) if c.method != "kept"]
+                for box, _score in scan(index, image, drawn):
                     hit_thumbs[(index, box)] = thumbnail(image, box)
         total = time.perf_counter() - t0
         if scan is not None:
@@ -304,8 +317,9 @@ class Review:
                 "thumb_out": self._thumb(f"t{track}", "out"),
                 "thumb_src": self._thumb(f"t{track}", "src"),
                 "decision": self.tracks.decisions.get(track),
-                # per cover: frame, x1, y1, x2, y2, state (0 detected, 1 held, 2 back-filled)
-                "covers": [[c.frame, *(round(v, 1) for v in c.box), STATE_CODES.get(c.state, 1)] for c in covers],
+                # per cover: frame, x1, y1, x2, y2, state (0 detected, 1 held, 2 back-filled, 3 left visible)
+                "covers": [[c.frame, *(round(v, 1) for v in c.box),
+                            KEPT_CODE if c.method == "kept" else STATE_CODES.get(c.state, 1)] for c in covers],
             })
         return {
             "output": self.output.name,
@@ -334,18 +348,23 @@ class Review:
             rows.append(["shown as", "an H.264 preview copy (the browser cannot play the output itself); "
                                      "flags and thumbnails use the output's own frames"])
         rows.append(["tracks from", tracks.origin])
-        states = Counter(c.state for c in tracks.covers)
-        methods = Counter(c.method for c in tracks.covers if c.method)
-        covered = len({c.frame for c in tracks.covers})
-        rows.append(["covers", f"{len(tracks.covers)} faces on {covered} of {facts.frames} frames, "
-                               f"{len(tracks.by_track())} tracks; "
+        drawn = [c for c in tracks.covers if c.method != "kept"]
+        states = Counter(c.state for c in drawn)
+        methods = Counter(c.method for c in drawn if c.method)
+        covered = len({c.frame for c in drawn})
+        rows.append(["covers", f"{len(drawn)} faces on {covered} of {facts.frames} frames, "
+                               f"{len({c.track for c in drawn})} tracks; "
                                + ", ".join(f"{n} {s}" for s, n in sorted(states.items()))])
         if methods:
-            rows.append(["methods", ", ".join(f"{n} {m}" for m, n in sorted(methods.items()))])
+            rows.append(["methods", ", ".join(f"{n} {m}" for m, n in sorted(methods.items()))
+                         + ("; none: a face whose box lies wholly outside the frame" if "none" in methods else "")])
+        kept = [c for c in tracks.covers if c.method == "kept"]
+        if kept:
+            rows.append(["left visible", f"{len(kept)} faces of {len({c.track for c in kept})} tracks "
+                                         "(--keep/--only, or a removal): drawn in the kept colour"])
         if tracks.decisions:
             rows.append(["--keep/--only", f"{len(tracks.decisions)} tracks judged: "
-                         + ", ".join(f"{t}: {d.get('visible', d)}" if isinstance(d, dict) else f"{t}: {d}"
-                                     for t, d in sorted(tracks.decisions.items()))])
+                         + ", ".join(f"{t}: {decision_words(d)}" for t, d in sorted(tracks.decisions.items()))])
         if self.vault_info is not None:
             v = self.vault_info
             if "error" in v:

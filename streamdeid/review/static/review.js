@@ -7,8 +7,8 @@
 // requestVideoFrameCallback reports while playing). A drawn box is saved for that frame.
 "use strict";
 
-const STATE_NAMES = ["detected", "held", "backfilled"];
-const COLORS = { detected: "#3ddc84", held: "#ff9f1c", backfilled: "#4aa3ff", removed: "#ff4d4d",
+const STATE_NAMES = ["detected", "held", "backfilled", "kept"];  // kept: left visible (--keep/--only)
+const COLORS = { detected: "#3ddc84", held: "#ff9f1c", backfilled: "#4aa3ff", kept: "#b0b0b0", removed: "#ff4d4d",
                  added: "#ff5ce1", flag: "#ffd23f" };
 
 const R = {
@@ -102,7 +102,7 @@ function drawOverlay() {
     for (const cv of coversAt(R.frame)) {
       const removed = R.removed.has(cv.track);
       ctx.strokeStyle = removed ? COLORS.removed : COLORS[cv.state];
-      ctx.setLineDash(removed ? [lw * 3, lw * 2] : cv.state === "detected" ? [] : [lw * 2, lw * 2]);
+      ctx.setLineDash(removed || cv.state === "kept" ? [lw * 3, lw * 2] : cv.state === "detected" ? [] : [lw * 2, lw * 2]);
       const [x1, y1, x2, y2] = cv.box;
       ctx.strokeRect(x1, y1, x2 - x1, y2 - y1);
       ctx.fillStyle = ctx.strokeStyle;
@@ -250,7 +250,8 @@ function renderTracks() {
   list.replaceChildren(...R.data.tracks.map((t) => {
     const removed = R.removed.has(t.id);
     const states = Object.entries(t.states).map(([k, n]) => `${n} ${k}`).join(", ");
-    const decision = t.decision ? ` · ${t.decision.visible ? "kept visible" : "judged"}` : "";
+    const spans = t.decision && t.decision.left_visible ? (t.decision.visible_frames || []).map(([a, b]) => `${a}–${b}`).join(", ") : "";
+    const decision = t.decision ? ` · ${t.decision.left_visible ? "LEFT VISIBLE" + (spans ? " on frames " + spans : "") : "covered"}` : "";
     return el("li", { class: "track" + (removed ? " removed" : "") + (R.selectedTrack === t.id ? " selected" : ""),
                       dataset: { track: t.id } },
       el("div", { class: "thumbs" }, thumb(t.thumb_out, "output"), thumb(t.thumb_src, "original"),
