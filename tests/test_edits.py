@@ -377,5 +377,36 @@ def test_run_refuses_edits_for_a_folder(clip: dict, tmp_path: Path) -> None:
     save_edits(_edits(), path)
     proc = run_cli("run", str(clip["dir"]), "-o", str(tmp_path / "out"), "--edits", str(path), "--no-progress")
     assert proc.returncode == 1
-    assert proc.stderr.decode().strip() == "streamdeid: error: --edits corrects the run of one video file, not a folder"
+    assert proc.stderr.decode().strip() == ("streamdeid: error: --edits corrects the run of one video or photo file, "
+                                            "not a folder")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_photos_edits_are_applied(tmp_path: Path) -> None:
+    """A photo's review saves an edits file, which the run refused ("not an image"): the reviewer's missed
+    face stayed bare. A photo's adds are covered and its removals left as they are, on frame 0."""
+    import cv2
+
+    from conftest import MEDIA
+
+    photo = cv2.imread(str(MEDIA / "two_people.jpg"))
+    src = tmp_path / "in.png"
+    cv2.imwrite(str(src), photo)
+    log = tmp_path / "first.jsonl"
+    first = run_cli("run", str(src), "-o", str(tmp_path / "first.png"), "--export-tracks", str(log),
+                    "--anonymizer", "solid", "--no-progress")
+    assert first.returncode == 0, first.stderr.decode()
+    faces = [json.loads(line) for line in log.read_text().splitlines() if '"frame"' in line]
+    assert len(faces) >= 2
+    h, w = photo.shape[:2]
+    added = [5.0, 5.0, 45.0, 45.0]  # a corner no face is in: covered because a person said "a face"
+    edits = Edits(SourceInfo("in.png", 1, w, h), add=[Box(0, tuple(added))], remove=[Box(0, tuple(faces[0]["box"]))])
+    path = _write(tmp_path / "e.json", edits.to_json())
+    out = tmp_path / "out.png"
+    proc = run_cli("run", str(src), "-o", str(out), "--edits", str(path), "--anonymizer", "solid", "--no-progress")
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert "remove[0]: face" in proc.stderr.decode()
+    result = cv2.imread(str(out))
+    assert _changed(photo, result, faces[0]["box"]) == 0  # the removed cover: the photo's own pixels
+    assert _changed(photo, result, faces[1]["box"]) > 0.5  # the other face still covered
+    assert _changed(photo, result, added) > 0.9

@@ -206,7 +206,12 @@ class Runner:
     def _still(self, src: Path, out: Path) -> RunResult:
         from .still import run_still
 
-        return run_still(src, out, self.config, lambda: self.renderer(self.next_keys()))
+        edits = None
+        if self.options.edits is not None:
+            from ..edits import load_edits
+
+            edits = load_edits(self.options.edits)  # checked against the photo once it is read (run_still)
+        return run_still(src, out, self.config, lambda: self.renderer(self.next_keys()), edits=edits)
 
     def _live(self, src: str, dst: str | Path | None) -> RunResult:
         """Without a key file the keys are ephemeral (never stored): DBAF still gets one key per track."""
@@ -323,11 +328,11 @@ def _names_a_folder(dst: str) -> bool:
 def _refuse_edits(src: str, options: RunOptions) -> None:
     """--edits correct one video file's run: not a live feed, stdin, a folder or a still image."""
     what = ("a live feed" if options.is_live(src) else "stdin" if src == "-" else
-            "a folder" if Path(src).is_dir() else "an image" if is_image(src) else None)
+            "a folder" if Path(src).is_dir() else None)
     if what is not None:
-        raise StreamdeidError(f"--edits corrects the run of one video file, not {what}")
+        raise StreamdeidError(f"--edits corrects the run of one video or photo file, not {what}")
     if options.skip_existing:
-        raise StreamdeidError("--edits corrects the run of one video file; --skip-existing is for folders")
+        raise StreamdeidError("--edits corrects the run of one video or photo file; --skip-existing is for folders")
 
 
 def file_outcome(src: str, result: RunResult) -> FileOutcome:
