@@ -381,6 +381,24 @@ def test_tracks_without_an_audit_log(work, tmp_path) -> None:
     stale.prepare()
     assert stale.audit_log is None and any("written by an earlier run" in line for line in said), said
     assert sorted(map(key, stale.tracks.covers)) == sorted(map(key, read_audit_log(tmp_path / "k.jsonl").covers))
+    assert not any("does not apply" in line for line in said)
+    # with edits beside it (a re-render with --edits, no log): the pass shows the covers before them, and says so
+    Path(f"{out}.edits.json").write_text(json.dumps(_edits_json(out)))
+    said.clear()
+    stale = Review(ReviewSettings(output=out, source=work["src"], config=config, scan=False), tmp_path, said.append)
+    stale.prepare()
+    assert any("does not apply keyed.mp4.edits.json" in line for line in said), said
+    assert "does not apply" in dict(stale.state()["facts"])["tracks from"]
+
+
+def _edits_json(out: Path) -> dict:
+    """A valid edits file for ``out`` (one added box on frame 0)."""
+    from streamdeid.edits import Edits, SourceInfo
+    from streamdeid.edits.format import Box
+
+    facts = decode(out)
+    h, w = facts[0].shape[:2]
+    return Edits(SourceInfo(out.name, len(facts), w, h), add=[Box(0, (1.0, 1.0, 20.0, 20.0))]).to_json()
 
 
 def test_a_killed_review_leaves_no_recovered_originals(work, tmp_path) -> None:

@@ -187,6 +187,13 @@ class Review:
                       "(detection + tracking, the run's options as given)")
             self.tracks = track_source(str(s.source), s.config)
             self.timings["tracking"] = self.tracks.seconds
+            if self.edits_path.is_file():
+                # the pass tracks as a run without edits: an output re-rendered with them drew other covers
+                note = (f"the tracking pass does not apply {self.edits_path.name}: if {self.output.name} was "
+                        "re-rendered with it, the covers shown are those before it (re-render with "
+                        "--export-tracks to review what it drew)")
+                self.echo(f"streamdeid: warning: {note}")
+                self.tracks.origin += f"; {note}"
         else:
             raise StreamdeidError(f"no tracks for {self.output}: give the run's audit log (--tracks X.jsonl, from "
                                   "`streamdeid run --export-tracks`) or its source (--source IN)")
