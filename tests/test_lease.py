@@ -75,7 +75,7 @@ def test_the_lease_runs_on_the_cpu_and_brings_a_generator_home(lease_tree):
     assert manifest["stage"] == "anonymize"
     out2, run2 = root / "out2", root / "run2"
     # the next lease's model form and stage-2 recipe, as it travels (--config, docs/gpu.md)
-    form = REPO / "devtools" / "lease_spread.json"
+    form = REPO / "devtools" / "lease_decoder.json"
     res = _lease(tree, out2, run2, "--init", str(root / "home" / "gen.safetensors"), "--probe-steps", "0",
                  "--config", str(form))
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
