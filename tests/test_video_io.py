@@ -398,3 +398,16 @@ def test_segment_time_warning_on_a_push_url_hides_the_password(caplog) -> None:
         out = SegmentRecorder("rtsp://cam:s3cret@example.invalid/live", None, OutputConfig(), segment_time=10)
     assert out.segment_time is None
     assert "applies to file recordings" in caplog.text and "s3cret" not in caplog.text
+
+
+def test_colour_tags_go_from_the_source_to_the_output(tmp_path: Path) -> None:
+    """hamilton is tagged BT.709; its output must be too, or players (and the vault's recovery) convert its
+    colours with another matrix. A change to the reader once set the tags only on a frame that changed size,
+    so every output went untagged: the privacy check's SFace then matched a hamilton face it had not."""
+    src = MEDIA / "short_hamilton_clip.mp4"
+    with open_source(str(src)) as source:
+        assert (source.color.colorspace, source.color.color_primaries, source.color.color_trc) == (1, 1, 1)
+    transcode(src, tmp_path / "out.mp4")
+    with av.open(str(tmp_path / "out.mp4")) as out:
+        frame = next(out.decode(video=0))
+        assert (int(frame.colorspace), int(frame.color_primaries), int(frame.color_trc)) == (1, 1, 1)

@@ -357,12 +357,12 @@ class VideoSource:
             # a mirror cannot be written back under a rotation: such a video is written upright, no matrix
             self.rotation = 0 if self._orientation.mirrored else display_rotation(vf)
             self._size = (vf.width, vf.height)
-        resized = (vf.width, vf.height) != self._size
-        if resized:
-            self._note_resize(vf)
             self.color = ColorInfo(
                 int(vf.colorspace), int(vf.color_range), int(vf.color_primaries), int(vf.color_trc)
             )
+        resized = (vf.width, vf.height) != self._size
+        if resized:
+            self._note_resize(vf)
         # turned upright: faces stored sideways (a phone's portrait video) are found and covered as shown
         image = self._orientation.upright(to_bgr(vf, self._interpolation, self._reformatter, self._size))
         time_base = Fraction(vf.time_base) if vf.time_base else self.time_base
