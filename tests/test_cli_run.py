@@ -865,8 +865,8 @@ def test_kill_9_then_recover_partial_restores_what_the_partial_holds(tmp_path: P
     proc.communicate(timeout=60)
     assert not out.exists()  # nothing under the final name
     rec = tmp_path / "rec.mp4"
-    res = run_cli("recover", str(partial), "--vault", str(tmp_path / "out.mp4.sdv"), "--key-file", str(key),
-                  "-o", str(rec), "--partial", "--no-progress")
+    assert not (tmp_path / "out.mp4.sdv").exists()  # the vault is written beside the partial output
+    res = run_cli("recover", str(partial), "--key-file", str(key), "-o", str(rec), "--partial", "--no-progress")
     err = res.stderr.decode()
     assert "Traceback" not in err and len(err.strip().splitlines()) <= 3, err
     if min_bytes == 0 and partial.stat().st_size == 0:  # nothing was written: a clear error, no output
