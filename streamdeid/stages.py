@@ -130,8 +130,11 @@ class FaceStage:
         provisional = None
         blind_below = 0.0
         added = self.added.get(frame.index)
-        if cut or self._countdown <= 0 or added is not None:
-            scan = cut or self._since_scan >= self.scan_every
+        scheduled = cut or self._countdown <= 0
+        if scheduled or added is not None:
+            # a reviewer's added box gets a detector run on its frame: the fast pass, off the schedule, which it
+            # leaves as it was, so the re-run's other runs fall on the reviewed run's frames (edits/apply.py)
+            scan = scheduled and (cut or self._since_scan >= self.scan_every)
             if scan and not cut and self.scan_gate is not None and not self.scan_gate():
                 scan = False
                 self.scans_skipped += 1
@@ -151,7 +154,10 @@ class FaceStage:
                     provisional = self._looked_at(provisional, dets, frame.image)
             if scan:
                 self._since_scan = 0
-            self._countdown = (self.every if len(dets) else self.idle_every) - 1
+            if scheduled:
+                self._countdown = (self.every if len(dets) else self.idle_every) - 1
+            else:
+                self._countdown -= 1
         else:
             dets = None
             self._countdown -= 1
