@@ -411,3 +411,15 @@ def test_colour_tags_go_from_the_source_to_the_output(tmp_path: Path) -> None:
     with av.open(str(tmp_path / "out.mp4")) as out:
         frame = next(out.decode(video=0))
         assert (int(frame.colorspace), int(frame.color_primaries), int(frame.color_trc)) == (1, 1, 1)
+
+
+def test_a_mirrored_frame_comes_contiguous() -> None:
+    """A mirrored frame was a negative-stride view of the decoded one: every later stage copied or took a slow
+    path, and a mirrored crowd pan ran at 1.6 fps against 13.5 for the same frames stored upright."""
+    from streamdeid.video.rotation import Orientation
+
+    image = np.arange(2 * 3 * 3, dtype=np.uint8).reshape(2, 3, 3)
+    for turns in range(4):
+        shown = Orientation(turns, True).upright(image)
+        assert shown.flags["C_CONTIGUOUS"], turns
+        assert np.array_equal(shown, np.rot90(image[:, ::-1], turns))

@@ -73,7 +73,9 @@ class Orientation:
 
     def upright(self, image: np.ndarray) -> np.ndarray:
         """A stored frame [H, W, C] as it is shown."""
-        return upright(np.fliplr(image), self.turns) if self.mirrored else upright(image, self.turns)
+        if self.mirrored:  # contiguous: a negative-stride view slowed every later stage ten times
+            return np.ascontiguousarray(upright(np.fliplr(image), self.turns))
+        return upright(image, self.turns)
 
 
 # (theta's quarter turn, the flag FFmpeg's autorotate reads) -> Orientation, after fftools' own rule:
