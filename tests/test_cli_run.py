@@ -382,6 +382,22 @@ def test_anamorphic_video_keeps_its_pixel_shape(tmp_path: Path, media: Path) -> 
         assert proc.returncode == 0, _err_line(proc)
         with av.open(str(out)) as c:
             assert c.streams.video[0].display_aspect_ratio == Fraction(16, 9), ext
+    # stored sideways too, and written upright into MPEG-TS (no display matrix): the pixels turn with the frames
+    turned = tmp_path / "turned.mp4"
+    with av.open(str(turned), "w") as c:
+        s = c.add_stream("libx264", rate=12)
+        s.width, s.height, s.pix_fmt = 720, 576, "yuv420p"
+        s.codec_context.sample_aspect_ratio = Fraction(64, 45)
+        s.set_display_rotation(90)
+        for packet in s.encode(av.VideoFrame.from_ndarray(np.zeros((576, 720, 3), np.uint8), format="bgr24")):
+            c.mux(packet)
+        for packet in s.encode():
+            c.mux(packet)
+    out = tmp_path / "turned.ts"
+    proc = run_cli("run", str(turned), "-o", str(out), "--no-progress")
+    assert proc.returncode == 0, _err_line(proc)
+    with av.open(str(out)) as c:
+        assert c.streams.video[0].display_aspect_ratio == Fraction(9, 16)
 
 
 def test_a_webm_input_gets_a_webm_output_it_can_hold(tmp_path: Path, media: Path) -> None:

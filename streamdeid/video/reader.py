@@ -167,13 +167,14 @@ class VideoSource:
 
     @property
     def sample_aspect_ratio(self) -> Fraction | None:
-        """The shape of a pixel as the writer stores frames (anamorphic video: 720x576 shown at 16:9); None
-        for square or unknown pixels. A mirrored video turned a quarter is written upright: inverted."""
+        """The shape of a pixel of the frames this source yields (anamorphic video: 720x576 shown at 16:9),
+        upright like them: the stored one's inverse when they are turned a quarter. None for square or
+        unknown pixels."""
         sar = self._video.codec_context.sample_aspect_ratio
         if not sar or sar == 1:
             return None
         sar = Fraction(sar)
-        return 1 / sar if self._orientation.mirrored and self._orientation.turns % 2 else sar
+        return 1 / sar if self._orientation.turns % 2 else sar
 
     @property
     def pace(self) -> float:

@@ -71,7 +71,7 @@ class VideoTemplate(Protocol):
     time_base: Fraction
     average_rate: Fraction | None
     rotation: int
-    sample_aspect_ratio: Fraction | None  # non-square pixels (anamorphic video), kept so it plays as wide
+    sample_aspect_ratio: Fraction | None  # the upright frames' non-square pixels (anamorphic), kept: plays as wide
     color: ColorInfo
     audio_stream: av.audio.stream.AudioStream | None
 
@@ -266,8 +266,9 @@ class VideoWriter:
             tag_colors(stream, t.color)
         if t.rotation and self._keeps_rotation():
             stream.set_display_rotation(t.rotation)
-        if t.sample_aspect_ratio and enc.codec != "gif":
-            stream.codec_context.sample_aspect_ratio = t.sample_aspect_ratio
+        if t.sample_aspect_ratio and enc.codec != "gif":  # the upright picture's: turned back with the frames
+            sar = t.sample_aspect_ratio
+            stream.codec_context.sample_aspect_ratio = 1 / sar if self._turns() % 2 else sar
         return stream
 
     def _add_audio_stream(self, source: av.audio.stream.AudioStream | None) -> None:
