@@ -41,6 +41,9 @@ class DetectConfig:
     # While no face is tracked, detect only every N-th frame: a face that appears
     # in between is back-filled by the look-ahead buffer once it is detected.
     idle_every: int = 4
+    # Look at the frame turned a quarter and a half turn as well (detect/turns.py): faces sideways or upside
+    # down in the picture (a phone clip whose rotation tag was lost, a person lying down) are missed upright.
+    look_turned: bool = True
 
 
 def detect_cadence(config: "PipelineConfig", guarded: bool) -> int:

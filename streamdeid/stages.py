@@ -15,6 +15,7 @@ import numpy as np
 from .config import PipelineConfig, detect_cadence
 from .detect.closer import AGREE_IOU, CloserLook, GuessCheck, frame_scale_look
 from .detect.finder import ODD_SIZE_RATIO, FaceFinder, concat, holds_a_centre, merge, odd_boxes, typical_sizes
+from .detect.turns import TurnWatch
 from .edits.apply import with_added
 from .render import FrameRenderer, PastedFace
 from .scenecut import SceneCutDetector
@@ -81,6 +82,7 @@ class FaceStage:
         detector run whatever the cadence, and its boxes join the run's detections as sure faces."""
         self.added = added or {}
         self.finder = FaceFinder(config.detect)
+        self.turns = TurnWatch() if config.detect.look_turned else None  # faces turned in the picture
         self.every = detect_cadence(config, guarded)
         self.idle_every = max(self.every, config.detect.idle_every)
         hold_frames = round(config.track.hold_seconds * fps)
@@ -138,7 +140,7 @@ class FaceStage:
             if scan and not cut and self.scan_gate is not None and not self.scan_gate():
                 scan = False
                 self.scans_skipped += 1
-            dets = self.finder.find(frame.image, scan=scan)
+            dets = self.finder.find(frame.image, scan=scan, turns=self.turns, cut=cut)
             if self._odd_look is not None and len(dets):
                 dets = self._without_odd(dets, frame.image)
             forced = np.zeros(len(dets), bool)

@@ -28,6 +28,7 @@ import numpy as np
 
 from streamdeid.config import DetectConfig
 from streamdeid.detect.base import Detector, nms, scaled_size
+from streamdeid.detect.turns import TurnWatch, own_faces, turned, turned_back
 from streamdeid.track.matching import intersection_matrix
 from streamdeid.types import Detections, StreamdeidError, longest_sides
 
@@ -230,15 +231,30 @@ class FaceFinder:
             self._sized[side] = self.detector(replace(self.cfg, input_size=side))
         return self._sized[side]
 
-    def find(self, image: np.ndarray, *, scan: bool) -> Detections:
-        """Faces in one BGR frame; ``scan``: also run the small-face scan (when the frame needs one)."""
+    def find(self, image: np.ndarray, *, scan: bool, turns: TurnWatch | None = None, cut: bool = False) -> Detections:
+        """Faces in one BGR frame; ``scan``: also run the small-face scan (when the frame needs one).
+        ``turns``: the video's TurnWatch, to look at the frame turned as well (detect/turns.py; ``cut``: the
+        frame starts a shot)."""
         bright = brighten(image)
         h, w = image.shape[:2]
+        found = self._passes(bright, scan)
+        if turns is not None and h and w:
+            active = turns.active
+            for k in turns.due(scan=scan, cut=cut):
+                # an active turn gets the scan too: a clip stored sideways has small faces as well
+                dets = turned_back(merge(self._passes(turned(bright, k), scan and k in active),
+                                         self.cfg.nms_threshold), k, w, h)
+                found.append(dets[turns.take(k, dets.scores, own_faces(dets, found))])
+        return drop_nested(merge(found, self.cfg.nms_threshold))
+
+    def _passes(self, bright: np.ndarray, scan: bool) -> list[Detections]:
+        """The fast pass, and with ``scan`` the small-face scan, on one (brightened) frame."""
+        h, w = bright.shape[:2]
         found = [self._fast_for(w, h).detect(bright)]
         side = self.scan_side(w, h) if scan and h and w else None
         if side is not None:
             found.append(self.scan_trusted(self._sized_detector(side).detect(bright), w, h))
-        return drop_nested(merge(found, self.cfg.nms_threshold))
+        return found
 
     def scan_trusted(self, dets: Detections, width: int, height: int) -> Detections:
         """An upscaled pass's boxes on a frame of this size, less those it is not trusted for. Each pass is

@@ -45,6 +45,7 @@ from streamdeid.detect.base import Detector
 from streamdeid.detect.centerface import CenterFaceDetector
 from streamdeid.detect.closer import CloserLook, local_contrast
 from streamdeid.detect.finder import MAX_SCAN_SIDE, SCAN_FACE_PX, FaceFinder, brighten, merge
+from streamdeid.detect.turns import TURNS, own_faces, sure_own, turned, turned_back
 from streamdeid.track.matching import iou_matrix
 from streamdeid.types import Detections
 
@@ -135,10 +136,36 @@ class StillFinder:
         return self._detectors[side]
 
     def find(self, image: np.ndarray) -> Detections:
-        """Faces in one BGR still, from every pass, fused (see the module docstring)."""
+        """Faces in one BGR still, from every pass, fused (see the module docstring), turned faces too."""
         h, w = image.shape[:2]
         if not h or not w:
             return Detections.empty()
+        found = self._find_upright(image)
+        if not self.finder.cfg.look_turned:
+            return found
+        return merge([found, *self._turned(image, found)], AGREE_IOU)
+
+    def _turned(self, image: np.ndarray, found: Detections) -> list[Detections]:
+        """Faces turned a quarter or half turn in the still that the upright passes did not box
+        (detect/turns.py). Each turn is probed by the fast pass and the scan; a turn where they find a sure
+        face of their own (a photo stored sideways, someone lying down) gets every pass of ``find``."""
+        h, w = image.shape[:2]
+        bright = brighten(image)
+        fast_side = self.finder.fast_side(w, h)
+        side = self.finder.scan_side(w, h) or fast_side
+        taken = []
+        for k in TURNS:
+            view = turned(bright, k)
+            probe = merge([self._detector(fast_side).detect(view), self._detector(side).detect(view)], AGREE_IOU)
+            probe = turned_back(probe, k, w, h)
+            if sure_own(probe.scores, own_faces(probe, [found])):
+                dets = turned_back(self._find_upright(turned(image, k)), k, w, h)
+                taken.append(dets[own_faces(dets, [found])])
+        return taken
+
+    def _find_upright(self, image: np.ndarray) -> Detections:
+        """Faces in one BGR still as it stands, from every pass, fused."""
+        h, w = image.shape[:2]
         bright = brighten(image)
         fast_side = self.finder.fast_side(w, h)
         side = self.finder.scan_side(w, h) or fast_side
