@@ -140,7 +140,10 @@ class FaceStage:
             if scan and not cut and self.scan_gate is not None and not self.scan_gate():
                 scan = False
                 self.scans_skipped += 1
-            dets = self.finder.find(frame.image, scan=scan, turns=self.turns, cut=cut)
+            # an off-schedule run looks at the active turns on a copy, so the schedule's runs see what
+            # the reviewed run's saw (detect/turns.py)
+            turns = self.turns if scheduled or self.turns is None else self.turns.copy()
+            dets = self.finder.find(frame.image, scan=scan, turns=turns, cut=cut)
             if self._odd_look is not None and len(dets):
                 dets = self._without_odd(dets, frame.image)
             forced = np.zeros(len(dets), bool)

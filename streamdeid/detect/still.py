@@ -45,7 +45,7 @@ from streamdeid.detect.base import Detector
 from streamdeid.detect.centerface import CenterFaceDetector
 from streamdeid.detect.closer import CloserLook, local_contrast
 from streamdeid.detect.finder import MAX_SCAN_SIDE, SCAN_FACE_PX, FaceFinder, brighten, merge
-from streamdeid.detect.turns import TURNS, own_faces, sure_own, turned, turned_back
+from streamdeid.detect.turns import ACTIVATE_SCORE, TURNS, own_faces, turned, turned_back
 from streamdeid.track.matching import iou_matrix
 from streamdeid.types import Detections
 
@@ -146,21 +146,28 @@ class StillFinder:
         return merge([found, *self._turned(image, found)], AGREE_IOU)
 
     def _turned(self, image: np.ndarray, found: Detections) -> list[Detections]:
-        """Faces turned a quarter or half turn in the still that the upright passes did not box
-        (detect/turns.py). Each turn is probed by the fast pass and the scan; a turn where they find a sure
-        face of their own (a photo stored sideways, someone lying down) gets every pass of ``find``."""
+        """Faces turned a quarter or half turn in the still that the upright passes (``found``) did not box
+        (detect/turns.py). Each turn is probed by the fast pass and the scan, which keep their sure faces
+        (ACTIVATE_SCORE) of their own: someone lying down, a face reflected in a table. A turn that finds
+        more sure faces than ``found`` holds is how the photo stands (stored sideways): it gets every
+        pass of ``find``, weak faces too. Every pass on every turn of an upright photo would add the weak
+        boxes those passes find on any picture (group_meeting.jpg: 14 more, none a face)."""
         h, w = image.shape[:2]
         bright = brighten(image)
         fast_side = self.finder.fast_side(w, h)
         side = self.finder.scan_side(w, h) or fast_side
+        upright_sure = int((found.scores >= ACTIVATE_SCORE).sum())
         taken = []
         for k in TURNS:
             view = turned(bright, k)
             probe = merge([self._detector(fast_side).detect(view), self._detector(side).detect(view)], AGREE_IOU)
             probe = turned_back(probe, k, w, h)
-            if sure_own(probe.scores, own_faces(probe, [found])):
+            sure = own_faces(probe, [found]) & (probe.scores >= ACTIVATE_SCORE)
+            if sure.sum() > upright_sure:
                 dets = turned_back(self._find_upright(turned(image, k)), k, w, h)
                 taken.append(dets[own_faces(dets, [found])])
+            elif sure.any():
+                taken.append(probe[sure])
         return taken
 
     def _find_upright(self, image: np.ndarray) -> Detections:

@@ -85,6 +85,12 @@ class TurnWatch:
         self._probe = 0  # index into TURNS of the turn the next scan probes
         self._started = False
 
+    def copy(self) -> "TurnWatch":
+        """A watch in this one's state that can run without changing it (an off-schedule detector run)."""
+        other = TurnWatch()
+        other._quiet, other._probe, other._started = dict(self._quiet), self._probe, self._started
+        return other
+
     @property
     def active(self) -> tuple[int, ...]:
         return tuple(k for k in TURNS if k in self._quiet)
