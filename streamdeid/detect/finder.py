@@ -240,11 +240,12 @@ class FaceFinder:
         found = self._passes(bright, scan)
         if turns is not None and h and w:
             active = turns.active
-            for k in turns.due(scan=scan, cut=cut):
+            for angle in turns.due(scan=scan, cut=cut):
                 # an active turn gets the scan too: a clip stored sideways has small faces as well
-                dets = turned_back(merge(self._passes(turned(bright, k), scan and k in active),
-                                         self.cfg.nms_threshold), k, w, h)
-                found.append(dets[turns.take(k, dets.scores, own_faces(dets, found))])
+                view = turned(bright, angle)
+                dets = turned_back(merge(self._passes(view.image, scan and angle in active), self.cfg.nms_threshold),
+                                   view.back)
+                found.append(dets[turns.take(angle, dets.scores, own_faces(dets, found))])
         return drop_nested(merge(found, self.cfg.nms_threshold))
 
     def _passes(self, bright: np.ndarray, scan: bool) -> list[Detections]:

@@ -146,25 +146,26 @@ class StillFinder:
         return merge([found, *self._turned(image, found)], AGREE_IOU)
 
     def _turned(self, image: np.ndarray, found: Detections) -> list[Detections]:
-        """Faces turned a quarter or half turn in the still that the upright passes (``found``) did not box
-        (detect/turns.py). Each turn is probed by the fast pass and the scan, which keep their sure faces
+        """Faces turned in the still (detect/turns.py: sideways, upside down, diagonal) that the upright
+        passes (``found``) did not box. Each turn is probed by the fast pass and the scan, which keep their sure faces
         (ACTIVATE_SCORE) of their own: someone lying down, a face reflected in a table. A turn that finds
         more sure faces than ``found`` holds is how the photo stands (stored sideways): it gets every
         pass of ``find``, weak faces too. Every pass on every turn of an upright photo would add the weak
         boxes those passes find on any picture (group_meeting.jpg: 14 more, none a face)."""
-        h, w = image.shape[:2]
         bright = brighten(image)
-        fast_side = self.finder.fast_side(w, h)
-        side = self.finder.scan_side(w, h) or fast_side
         upright_sure = int((found.scores >= ACTIVATE_SCORE).sum())
         taken = []
-        for k in TURNS:
-            view = turned(bright, k)
-            probe = merge([self._detector(fast_side).detect(view), self._detector(side).detect(view)], AGREE_IOU)
-            probe = turned_back(probe, k, w, h)
+        for angle in TURNS:
+            view = turned(bright, angle)
+            vw, vh = view.image.shape[1::-1]
+            fast_side = self.finder.fast_side(vw, vh)
+            passes = [self._detector(fast_side).detect(view.image),
+                      self._detector(self.finder.scan_side(vw, vh) or fast_side).detect(view.image)]
+            probe = turned_back(merge(passes, AGREE_IOU), view.back)
             sure = own_faces(probe, [found]) & (probe.scores >= ACTIVATE_SCORE)
             if sure.sum() > upright_sure:
-                dets = turned_back(self._find_upright(turned(image, k)), k, w, h)
+                whole = turned(image, angle)
+                dets = turned_back(self._find_upright(whole.image), whole.back)
                 taken.append(dets[own_faces(dets, [found])])
             elif sure.any():
                 taken.append(probe[sure])

@@ -1,32 +1,39 @@
-"""Faces turned sideways or upside down in the picture: the detector looks at the frame turned as well.
+"""Faces turned in the picture (sideways, upside down, rolled): the detector looks at the frame turned as well.
 
-YuNet (like CenterFace) is trained on upright faces and misses a face turned a quarter turn or more: a phone
-clip whose rotation tag was stripped, a camera mounted on its side, a person lying down. On a 30-frame pan
-over group_meeting.jpg turned a quarter turn (pixels, no display matrix), 17 of the 18 faces dlib's HOG finds
-on the upright frames were left bare, the largest a 110 px face (docs/recall.md, "Turned faces").
+YuNet (like CenterFace) is trained on upright faces and finds a face rolled up to about 20 degrees: a phone
+clip whose rotation tag was stripped, a camera mounted on its side or tilted, a person lying down or leaning
+their head left faces bare. On a 30-frame pan over group_meeting.jpg turned a quarter turn (pixels, no
+display matrix), 39 of the 66 faces dlib's HOG finds on the upright frames were bare; on a walking clip
+tilted 45 degrees, 139 of 217 (docs/recall.md, "Turned faces").
 
-A turned pass is the fast pass (and the small-face scan) on the frame turned by ``np.rot90``; its boxes and
-landmarks are turned back into the frame's coordinates. The landmarks keep the subject's sides (a turn is
-no mirror), so the renderer aligns the face at its own angle.
+A turned pass is the fast pass (and the small-face scan) on the frame turned by a quarter turn (np.rot90,
+exact) or 45 degrees (onto a canvas that holds the whole frame); its boxes and landmarks are turned back
+into the frame's coordinates. The landmarks keep the subject's sides (a turn is no mirror), so the
+renderer aligns the face at its own angle.
 
-Three turned passes on every detector run would take three times the detector's time. ``TurnWatch``
+Seven turned passes on every detector run would take seven times the detector's time. ``TurnWatch``
 spends it where turned faces are: every turn on a video's first run and on scene cuts (a clip stored
-sideways shows it at once), one turn in rotation on each small-face scan (a person lying down in a shot
-that began without one is found within three scans), and a turn whose pass found a face the upright pass
-did not on every run, until it has found none for ``QUIET_RUNS`` runs.
+sideways shows it at once), one turn in rotation on each small-face scan (a person who lies down in a
+shot is found within seven scans, under 2 s; the look-ahead covers the 0.5 s before), and a turn whose
+pass found a sure face the upright pass did not, on every run, until it has found none for
+``QUIET_RUNS`` runs.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import cv2
 import numpy as np
 
 from streamdeid.track.matching import iou_matrix
 from streamdeid.types import Detections
 
-# np.rot90's k: 1 = a quarter turn anticlockwise, 2 = a half turn, 3 = a quarter turn clockwise.
-# Probed in this order: sideways both ways first (stored-sideways phone clips, cameras on their side,
-# people lying down), then upside down (a ceiling camera mounted without its flip).
-TURNS = (1, 3, 2)
+# Degrees anticlockwise, probed in this order: sideways both ways (stored-sideways phone clips, cameras on
+# their side, people lying down), upside down (a ceiling camera mounted without its flip), then the
+# diagonals. YuNet finds a face rolled up to about 20 degrees; between the quarter turns a face rolled
+# 30-60 degrees was missed (a red team's tilted walking clip: 139 of 217 faces bare at 45 degrees).
+TURNS = (90, 270, 180, 45, 315, 135, 225)
 # A turned pass's box on a face the other passes boxed (IoU) is that face again, not a turned one.
 SAME_FACE_IOU = 0.3
 # A turn not yet active takes a face only from this score: on the upright shared clips (hamilton, the
@@ -41,32 +48,44 @@ ACTIVATE_SCORE = 0.8
 QUIET_RUNS = 10
 
 
-def turned(image: np.ndarray, k: int) -> np.ndarray:
-    """``image`` ([H, W, C]) turned k quarter turns anticlockwise, contiguous (the detector's blob wants it)."""
-    return np.ascontiguousarray(np.rot90(image, k))
+@dataclass(frozen=True)
+class View:
+    """A frame turned for a detector pass."""
+
+    image: np.ndarray  # [H', W', C] contiguous
+    back: np.ndarray  # [2, 3] affine: the view's pixel coordinates -> the frame's
 
 
-def _points_back(xy: np.ndarray, k: int, width: int, height: int) -> np.ndarray:
-    """[..., 2] points in the turned image -> the same points in the ``width`` x ``height`` frame."""
-    x, y = xy[..., 0], xy[..., 1]
-    if k == 1:  # turned (x, y) = (y0, width - x0)
-        back = (width - y, x)
-    elif k == 2:  # turned (x, y) = (width - x0, height - y0)
-        back = (width - x, height - y)
-    elif k == 3:  # turned (x, y) = (height - y0, x0)
-        back = (y, height - x)
-    else:
-        return xy
-    return np.stack(back, axis=-1)
+def turned(image: np.ndarray, angle: int) -> View:
+    """``image`` ([H, W, C]) turned ``angle`` degrees anticlockwise: a multiple of 90 exactly (np.rot90),
+    any other onto the canvas that holds the whole turned frame (black around it)."""
+    h, w = image.shape[:2]
+    if angle % 90 == 0:
+        k = (angle // 90) % 4
+        back = {0: [[1, 0, 0], [0, 1, 0]], 1: [[0, -1, w], [1, 0, 0]],
+                2: [[-1, 0, w], [0, -1, h]], 3: [[0, 1, 0], [-1, 0, h]]}[k]
+        return View(np.ascontiguousarray(np.rot90(image, k)), np.array(back, np.float64))
+    turn = cv2.getRotationMatrix2D((w / 2, h / 2), angle, 1.0)
+    c, s = abs(turn[0, 0]), abs(turn[0, 1])
+    size = (round(w * c + h * s), round(w * s + h * c))
+    turn[:, 2] += (size[0] - w) / 2, (size[1] - h) / 2
+    view = cv2.warpAffine(image, turn, size, flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT)
+    return View(view, cv2.invertAffineTransform(turn))
 
 
-def turned_back(dets: Detections, k: int, width: int, height: int) -> Detections:
-    """Detections found on ``turned(frame, k)`` in the ``width`` x ``height`` frame's coordinates."""
-    if not len(dets) or k % 4 == 0:
+def turned_back(dets: Detections, back: np.ndarray) -> Detections:
+    """Detections found on a View in the frame's coordinates (``back``: the View's). A box is taken for the
+    ellipse it frames, as a face is: turned back, its box is the ellipse's bounding box, which for a
+    diagonal is not larger than the face as the corners' bounding box would be (sqrt 2 for a square)."""
+    if not len(dets):
         return dets
-    corners = _points_back(dets.boxes.reshape(-1, 2, 2), k, width, height)  # [N, 2, 2]
-    boxes = np.concatenate([corners.min(axis=1), corners.max(axis=1)], axis=1)
-    return Detections(boxes, dets.scores.copy(), _points_back(dets.landmarks, k, width, height))
+    linear, shift = back[:, :2], back[:, 2]
+    centre = (dets.boxes[:, :2] + dets.boxes[:, 2:]) / 2 @ linear.T + shift  # [N, 2]
+    half = (dets.boxes[:, 2:] - dets.boxes[:, :2]) / 2  # [N, 2] the ellipse's semi-axes
+    # frame axis i's half-extent: sqrt(sum_j (linear[i, j] * half[j]) ** 2)
+    extent = np.sqrt(((half[:, None, :] * linear[None, :, :]) ** 2).sum(axis=2))  # [N, 2]
+    landmarks = dets.landmarks @ linear.T + shift
+    return Detections(np.concatenate([centre - extent, centre + extent], axis=1), dets.scores.copy(), landmarks)
 
 
 def own_faces(turned_dets: Detections, others: list[Detections]) -> np.ndarray:
