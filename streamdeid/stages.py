@@ -98,7 +98,7 @@ class FaceStage:
         self.camera = CameraMotion() if config.track.camera_motion else None
         # templates outlive their track's cover: a track lost long ago is continued only by its own face
         self.templates = TemplateStore(self.tracker.rejoin_frames) if config.track.match_templates else None
-        self.guess_check = GuessCheck(self.finder) if config.track.verify_guesses else None
+        self.guess_check = GuessCheck(self.finder, self._active_turns) if config.track.verify_guesses else None
         self._weak_look = CloserLook(self.finder) if config.track.look_at_weak else None
         self._odd_look = frame_scale_look(self.finder) if config.track.look_at_odd else None
         self.odd_dropped = 0  # odd boxes no closer look found a face on (not tracked)
@@ -227,7 +227,7 @@ class FaceStage:
                 return dets
         keep, inside = ~odd, []
         for k in np.flatnonzero(odd):
-            found = self._odd_look.look(image, dets.boxes[k], bright=True)
+            found = self._odd_look.look(image, dets.boxes[k], bright=True, turns=self._active_turns())
             # the look must be surer than the pass: at a smaller scale YuNet boxes the same dark suit again
             keep[k] = found is not None and float(found.scores[0]) >= WEAK_SCORE
             if not keep[k]:
@@ -250,6 +250,10 @@ class FaceStage:
                 out[k] = self._weak_look.look(image, dets.boxes[starts[k]], bright=True) is None
             return out
         return decide
+
+    def _active_turns(self) -> tuple[int, ...]:
+        """The angles the detector runs look at on every run (detect/turns.py), for the closer looks."""
+        return self.turns.active if self.turns is not None else ()
 
     def _verifier(self, image: np.ndarray) -> Verify | None:
         """The tracker's ``verify`` for this frame (see GuessCheck)."""

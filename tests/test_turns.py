@@ -113,3 +113,29 @@ def test_a_photo_turned_in_its_pixels_is_covered(tmp_path: Path, media: Path, ho
     proc = run_cli("run", str(src), "-o", str(out), "--anonymizer", "solid", "--no-progress")
     assert proc.returncode == 0, proc.stderr.decode()[-300:]
     assert _bare(photo, turned(cv2.imread(str(out)), -90).image, faces) == 0
+
+
+def test_a_held_face_lying_down_is_looked_at_turned(media: Path) -> None:
+    """A held face is checked with a closer look before its hold goes on (GuessCheck): upright alone, it finds
+    no face on a face lying down and would end the hold; with the run's active turns it finds it."""
+    from streamdeid.config import DetectConfig
+    from streamdeid.detect.closer import GuessCheck
+    from streamdeid.detect.finder import FaceFinder
+
+    finder = FaceFinder(DetectConfig())
+    photo = cv2.imread(str(media / "obama.jpg"))
+    photo = cv2.resize(photo, None, fx=480 / photo.shape[1], fy=480 / photo.shape[1], interpolation=cv2.INTER_AREA)
+    canvas = np.full((720, 1280, 3), 90, np.uint8)
+    lying = turned(photo, 90).image
+    h, w = lying.shape[:2]
+    canvas[100:100 + h, 300:300 + w] = lying
+    face = finder.find(canvas, scan=False, turns=TurnWatch())  # the first run probes every turn
+    assert len(face) == 1
+    assert finder.find(canvas, scan=False).boxes.shape[0] == 0  # upright, no face
+    box = face.boxes[0]
+    assert GuessCheck(finder)(canvas, box) == (True, None)
+    looked, found = GuessCheck(finder, lambda: (90,))(canvas, box)
+    assert looked and found is not None
+    from streamdeid.track.matching import iou_matrix
+
+    assert iou_matrix(found.boxes, face.boxes)[0, 0] > 0.5

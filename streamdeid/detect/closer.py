@@ -16,6 +16,7 @@ needs the second), at the run's threshold.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 import cv2
@@ -23,6 +24,7 @@ import numpy as np
 
 from streamdeid.detect.base import Detector
 from streamdeid.detect.finder import ODD_SIZE_RATIO, brighten, merge
+from streamdeid.detect.turns import turned, turned_back
 from streamdeid.track.matching import iou_matrix
 from streamdeid.types import Detections, longest_sides
 
@@ -76,11 +78,23 @@ class CloserLook:
         self.looks = 0  # crops looked at (the cost: two YuNet runs on a ~290 px crop each)
 
     def look(self, image: np.ndarray, box: np.ndarray, frame: np.ndarray | None = None, *,
-             bright: bool = False) -> Detections | None:
+             bright: bool = False, turns: Sequence[int] = ()) -> Detections | None:
         """The closer look at ``box`` ([4] x1 y1 x2 y2 in ``image``, [H, W, 3] uint8 BGR), framed around
         ``frame`` (default: ``box``): its best-scored detection on the same face (IoU > AGREE_IOU with
         ``box`` or ``frame``), in image coordinates, or None. ``bright``: brighten the crop first, as the
-        finder brightens a dark frame (an image the still passes brightened already need not)."""
+        finder brightens a dark frame (an image the still passes brightened already need not). ``turns``:
+        angles (detect/turns.py) to look at the crop turned by where it finds no upright face: a face
+        lying down is no face upright."""
+        found = self._look(image, box, frame, bright)
+        for angle in turns:
+            if found is not None:
+                break
+            found = self._look(image, box, frame, bright, angle)
+        return found
+
+    def _look(self, image: np.ndarray, box: np.ndarray, frame: np.ndarray | None, bright: bool,
+              angle: int = 0) -> Detections | None:
+        """``look`` with the crop turned ``angle`` degrees (0: upright)."""
         box = np.asarray(box, np.float64)
         frame = box if frame is None else np.asarray(frame, np.float64)
         h, w = image.shape[:2]
@@ -95,11 +109,16 @@ class CloserLook:
             if scale != 1 else crop
         if bright:
             zoomed = brighten(zoomed)
+        view = turned(zoomed, angle)
+
+        def detect(crop: np.ndarray) -> Detections:  # in the zoomed crop's pixels, whatever the turn
+            return turned_back(self._yunet.detect(crop), view.back) if angle else self._yunet.detect(crop)
+
         if self.first:
-            found = self._on_face(self._yunet.detect(zoomed), box, frame, x0, y0, scale)
+            found = self._on_face(detect(view.image), box, frame, x0, y0, scale)
             return found if found is not None else \
-                self._on_face(self._yunet.detect(local_contrast(zoomed)), box, frame, x0, y0, scale)
-        dets = merge([self._yunet.detect(zoomed), self._yunet.detect(local_contrast(zoomed))], AGREE_IOU)
+                self._on_face(detect(local_contrast(view.image)), box, frame, x0, y0, scale)
+        dets = merge([detect(view.image), detect(local_contrast(view.image))], AGREE_IOU)
         return self._on_face(dets, box, frame, x0, y0, scale)
 
     def faces_in(self, image: np.ndarray, box: np.ndarray, face_size: float) -> Detections:
@@ -169,12 +188,15 @@ class GuessCheck:
     faces kept half a second after the face had gone (benchmarks/precision.py --split: held 4.5% of
     the frame): the performer's head after he turned away, dark audience heads."""
 
-    def __init__(self, finder) -> None:
+    def __init__(self, finder, turns: Callable[[], Sequence[int]] = tuple) -> None:
+        """``turns``: the angles a video's detector runs look at on every run (TurnWatch.active): a held
+        face is looked at turned by them too where it shows no upright face."""
         self.closer = frame_scale_look(finder)
         self._floor = finder.fast_floor
+        self._turns = turns
 
     def __call__(self, image: np.ndarray, box: np.ndarray) -> tuple[bool, Detections | None]:
         h, w = image.shape[:2]
         if box[3] - box[1] < self._floor(w, h) or box[0] < 0 or box[1] < 0 or box[2] > w or box[3] > h:
             return False, None  # too small, or cut by the frame's edge (the look cannot frame the face)
-        return True, self.closer.look(image, box, bright=True)
+        return True, self.closer.look(image, box, bright=True, turns=self._turns())
