@@ -63,19 +63,21 @@ def test_the_watch_probes_every_turn_first_then_one_a_scan_and_keeps_a_turn_that
     watch = TurnWatch()
     assert watch.due(scan=False, cut=False) == list(TURNS)  # the first run: a clip stored sideways shows at once
     for k in TURNS:
-        assert not watch.take(k, np.array([ACTIVATE_SCORE - 0.05]), np.array([True])).any()  # a probe wants a sure face
+        assert not watch.take(k, np.array([ACTIVATE_SCORE - 0.05]), np.array([True]), 0).any()  # a probe wants a sure face
     assert watch.active == ()
     assert watch.due(scan=False, cut=False) == []
     probed = [watch.due(scan=True, cut=False) for _ in TURNS]
     assert sorted(k for d in probed for k in d) == sorted(TURNS)  # each turn once in a round of scans
     assert watch.due(scan=False, cut=True) == list(TURNS)
-    assert watch.take(90, np.array([0.9, 0.4]), np.array([True, True])).tolist() == [True, True]
+    assert watch.take(90, np.array([0.9, 0.4]), np.array([True, True]), 1).tolist() == [True, True]  # the picture is turned
     assert watch.active == (90,)
-    assert watch.take(90, np.array([0.35]), np.array([True])).tolist() == [True]  # active: weak faces count too
-    assert not watch.take(90, np.array([0.95]), np.array([False])).any()  # a face the upright passes boxed
+    assert watch.take(90, np.array([0.35]), np.array([True]), 0).tolist() == [True]  # active: weak faces count too
+    # ... but in a picture standing upright, from LONE_SCORE
+    assert watch.take(90, np.array([0.35, 0.7]), np.array([True, True]), 5).tolist() == [False, True]
+    assert not watch.take(90, np.array([0.95]), np.array([False]), 0).any()  # a face the upright passes boxed
     for _ in range(QUIET_RUNS - 1):  # the run above found none of its own: the first quiet one
         assert watch.due(scan=False, cut=False) == [90]
-        watch.take(90, np.zeros(0), np.zeros(0, bool))
+        watch.take(90, np.zeros(0), np.zeros(0, bool), 0)
     assert watch.active == ()
 
 

@@ -239,13 +239,14 @@ class FaceFinder:
         h, w = image.shape[:2]
         found = self._passes(bright, scan)
         if turns is not None and h and w:
+            upright = sum(len(f) for f in found)
             active = turns.active
             for angle in turns.due(scan=scan, cut=cut):
                 # an active turn gets the scan too: a clip stored sideways has small faces as well
                 view = turned(bright, angle)
                 dets = turned_back(merge(self._passes(view.image, scan and angle in active), self.cfg.nms_threshold),
                                    view.back)
-                found.append(dets[turns.take(angle, dets.scores, own_faces(dets, found))])
+                found.append(dets[turns.take(angle, dets.scores, own_faces(dets, found), upright)])
         return drop_nested(merge(found, self.cfg.nms_threshold))
 
     def _passes(self, bright: np.ndarray, scan: bool) -> list[Detections]:
