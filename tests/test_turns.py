@@ -68,7 +68,7 @@ def test_the_watch_probes_every_turn_first_then_one_a_scan_and_keeps_a_turn_that
     assert watch.due(scan=False, cut=False) == []
     probed = [watch.due(scan=True, cut=False) for _ in TURNS]
     assert sorted(k for d in probed for k in d) == sorted(TURNS)  # each turn once in a round of scans
-    assert watch.due(scan=False, cut=True) == list(TURNS)
+    assert watch.due(scan=False, cut=True) == []  # a new shot: the turns once active, none yet
     assert watch.take(90, np.array([0.9, 0.4]), np.array([True, True]), 1).tolist() == [True, True]  # the picture is turned
     assert watch.active == (90,)
     assert watch.take(90, np.array([0.35]), np.array([True]), 0).tolist() == [True]  # active: weak faces count too
@@ -79,6 +79,7 @@ def test_the_watch_probes_every_turn_first_then_one_a_scan_and_keeps_a_turn_that
         assert watch.due(scan=False, cut=False) == [90]
         watch.take(90, np.zeros(0), np.zeros(0, bool), 0)
     assert watch.active == ()
+    assert watch.due(scan=False, cut=True) == [90]  # a new shot of a clip stored sideways
 
 
 def _group_frames(media: Path, n: int = 8) -> list[np.ndarray]:

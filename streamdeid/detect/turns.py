@@ -12,8 +12,8 @@ into the frame's coordinates. The landmarks keep the subject's sides (a turn is 
 renderer aligns the face at its own angle.
 
 Seven turned passes on every detector run would take seven times the detector's time. ``TurnWatch``
-spends it where turned faces are: every turn on a video's first run and on scene cuts (a clip stored
-sideways shows it at once), one turn in rotation on each small-face scan (a person who lies down in a
+spends it where turned faces are: every turn on a video's first run (a clip stored sideways shows it at
+once) and on each scene cut the turns that were active before, one turn in rotation on each small-face scan (a person who lies down in a
 shot is found within seven scans, under 2 s; the look-ahead covers the 0.5 s before), and a turn whose
 pass found a sure face the upright pass did not, on every run, until it has found none for
 ``QUIET_RUNS`` runs.
@@ -34,6 +34,10 @@ from streamdeid.types import Detections
 # diagonals. YuNet finds a face rolled up to about 20 degrees; between the quarter turns a face rolled
 # 30-60 degrees was missed (a red team's tilted walking clip: 139 of 217 faces bare at 45 degrees).
 TURNS = (90, 270, 180, 45, 315, 135, 225)
+# A scan's probe looks at this share of the upright fast pass's input pixels (the first run's and a cut's at
+# all of them): one probe a scan at the full share took 9% of hamilton's speed, and a probe only looks for
+# sure faces, which are not the smallest.
+SCAN_PROBE_SHARE = 0.5
 # A turned pass's box on a face the other passes boxed (IoU) is that face again, not a turned one.
 SAME_FACE_IOU = 0.3
 # A turn not yet active takes a face only from this score: on the upright shared clips (hamilton, the
@@ -108,11 +112,14 @@ class TurnWatch:
         self._quiet: dict[int, int] = {}  # active turn -> runs in a row its pass found no face of its own
         self._probe = 0  # index into TURNS of the turn the next scan probes
         self._started = False
+        self.probe_share = 1.0  # this run's probes' input pixels, as a share of the upright fast pass's
+        self._seen: set[int] = set()  # turns ever active in this video
 
     def copy(self) -> "TurnWatch":
         """A watch in this one's state that can run without changing it (an off-schedule detector run)."""
         other = TurnWatch()
         other._quiet, other._probe, other._started = dict(self._quiet), self._probe, self._started
+        other._seen = set(self._seen)
         return other
 
     @property
@@ -120,12 +127,16 @@ class TurnWatch:
         return tuple(k for k in TURNS if k in self._quiet)
 
     def due(self, *, scan: bool, cut: bool) -> list[int]:
-        """The turns to look at on this run: every turn on the first run and on cuts; the active turns,
-        and on a scan one more in rotation."""
-        if cut or not self._started:
+        """The turns to look at on this run: every turn on the first run; the active turns, on a cut every
+        turn that was ever active, and on a scan one more in rotation. (Every turn on every cut took 11% of
+        hamilton's speed, most of it on its many cuts.)"""
+        self.probe_share = 1.0 if cut or not self._started else SCAN_PROBE_SHARE
+        if not self._started:
             self._started = True
             return list(TURNS)
         due = list(self.active)
+        if cut:  # a new shot of a clip stored sideways: the turns that were active before
+            due += [k for k in TURNS if k in self._seen and k not in due]
         if scan:
             for _ in TURNS:
                 k = TURNS[self._probe]
@@ -152,6 +163,7 @@ class TurnWatch:
         """Whether turn ``k``'s pass on this run found a face of its own."""
         if found_own:
             self._quiet[k] = 0
+            self._seen.add(k)
         elif k in self._quiet:
             self._quiet[k] += 1
             if self._quiet[k] >= QUIET_RUNS:
