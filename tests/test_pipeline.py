@@ -198,7 +198,7 @@ class _CountingFinder:
         self.faces = faces
         self.frame = 0
 
-    def find(self, image, *, scan: bool):
+    def find(self, image, *, scan: bool, turns=None, cut: bool = False):
         from streamdeid.types import Detections
 
         self.calls.append(self.frame)
@@ -405,7 +405,7 @@ class _ScriptedFinder(_CountingFinder):
         super().__init__(faces=False)
         self.script = script
 
-    def find(self, image, *, scan: bool):
+    def find(self, image, *, scan: bool, turns=None, cut: bool = False):
         from streamdeid.types import Detections
 
         super().find(image, scan=scan)
