@@ -34,10 +34,11 @@ from streamdeid.types import Detections
 # diagonals. YuNet finds a face rolled up to about 20 degrees; between the quarter turns a face rolled
 # 30-60 degrees was missed (a red team's tilted walking clip: 139 of 217 faces bare at 45 degrees).
 TURNS = (90, 270, 180, 45, 315, 135, 225)
-# A scan's probe looks at this share of the upright fast pass's input pixels (the first run's and a cut's at
-# all of them): one probe a scan at the full share took 9% of hamilton's speed, and a probe only looks for
-# sure faces, which are not the smallest.
-SCAN_PROBE_SHARE = 0.5
+# A probe whose face of its own scores from LONE_SCORE but under ACTIVATE_SCORE is probed again on this
+# many runs: a red team's face turned 135 degrees that came into an upright clip at
+# frame 30 was probed at 0.74 at frame 36 and came round again at 0.92 only at frame 56 (a turn comes round
+# every seven scans, 1.75 s), and the look-ahead covered 48-55: frames 30-47 were bare.
+CANDIDATE_RUNS = 2
 # A turned pass's box on a face the other passes boxed (IoU) is that face again, not a turned one.
 SAME_FACE_IOU = 0.3
 # A turn not yet active takes a face only from this score: on the upright shared clips (hamilton, the
@@ -98,11 +99,17 @@ def turned_back(dets: Detections, back: np.ndarray) -> Detections:
 
 
 def own_faces(turned_dets: Detections, others: list[Detections]) -> np.ndarray:
-    """[N] bool: the turned pass's boxes on no face the other passes boxed (SAME_FACE_IOU)."""
-    others = [o.boxes for o in others if len(o)]
+    """[N] bool: the turned pass's boxes on no face the other passes boxed (SAME_FACE_IOU) as surely. A
+    sure turned box over a weak upright one is the turned face, which the upright pass only half saw: a red
+    team's face turned a quarter turn, 30 px, was boxed 0.91-0.93 turned and 0.31-0.35 upright, narrow and
+    off-centre, and its eyes stayed bare (the NMS that follows keeps the surer box)."""
+    others = [o for o in others if len(o)]
     if not len(turned_dets) or not others:
         return np.ones(len(turned_dets), bool)
-    return iou_matrix(turned_dets.boxes, np.concatenate(others)).max(axis=1) < SAME_FACE_IOU
+    boxes = np.concatenate([o.boxes for o in others])
+    scores = np.concatenate([o.scores for o in others])
+    same = iou_matrix(turned_dets.boxes, boxes) >= SAME_FACE_IOU  # [N, M]
+    return ~(same & (scores[None, :] >= turned_dets.scores[:, None])).any(axis=1)
 
 
 class TurnWatch:
@@ -112,14 +119,14 @@ class TurnWatch:
         self._quiet: dict[int, int] = {}  # active turn -> runs in a row its pass found no face of its own
         self._probe = 0  # index into TURNS of the turn the next scan probes
         self._started = False
-        self.probe_share = 1.0  # this run's probes' input pixels, as a share of the upright fast pass's
         self._seen: set[int] = set()  # turns ever active in this video
+        self._candidates: dict[int, int] = {}  # turn -> runs it is probed again on (a face short of sure)
 
     def copy(self) -> "TurnWatch":
         """A watch in this one's state that can run without changing it (an off-schedule detector run)."""
         other = TurnWatch()
         other._quiet, other._probe, other._started = dict(self._quiet), self._probe, self._started
-        other._seen = set(self._seen)
+        other._seen, other._candidates = set(self._seen), dict(self._candidates)
         return other
 
     @property
@@ -130,13 +137,17 @@ class TurnWatch:
         """The turns to look at on this run: every turn on the first run; the active turns, on a cut every
         turn that was ever active, and on a scan one more in rotation. (Every turn on every cut took 11% of
         hamilton's speed, most of it on its many cuts.)"""
-        self.probe_share = 1.0 if cut or not self._started else SCAN_PROBE_SHARE
         if not self._started:
             self._started = True
             return list(TURNS)
         due = list(self.active)
         if cut:  # a new shot of a clip stored sideways: the turns that were active before
             due += [k for k in TURNS if k in self._seen and k not in due]
+        for k in list(self._candidates):  # a face short of sure: looked at again
+            due += [k] if k not in due else []
+            self._candidates[k] -= 1
+            if not self._candidates[k]:
+                del self._candidates[k]
         if scan:
             for _ in TURNS:
                 k = TURNS[self._probe]
@@ -153,6 +164,9 @@ class TurnWatch:
         the picture stands that way and it takes them all, weak ones too; otherwise (someone lying down,
         a head on one side in an upright crowd) those from LONE_SCORE."""
         if angle not in self._quiet and not sure_own(scores, own):
+            if (own & (scores >= LONE_SCORE)).any():  # and the opposite turn: YuNet half-finds a face
+                # upside down (a face turned 90 degrees scored 0.6 in the 90-degree probe, 0.92 in the 270)
+                self._candidates[angle] = self._candidates[(angle + 180) % 360] = CANDIDATE_RUNS
             own = np.zeros_like(own)  # a probe that found no sure face of its own takes nothing
         elif own.sum() <= upright:
             own = own & (scores >= LONE_SCORE)
