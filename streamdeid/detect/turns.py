@@ -34,6 +34,8 @@ from streamdeid.types import Detections
 # diagonals. YuNet finds a face rolled up to about 20 degrees; between the quarter turns a face rolled
 # 30-60 degrees was missed (a red team's tilted walking clip: 139 of 217 faces bare at 45 degrees).
 TURNS = (90, 270, 180, 45, 315, 135, 225)
+# A box of another pass under this score does not hide a sure turned box on the same face (own_faces).
+WEAK_OTHER = 0.5
 # A probe whose face of its own scores from LONE_SCORE but under ACTIVATE_SCORE is probed again on this
 # many runs: a red team's face turned 135 degrees that came into an upright clip at
 # frame 30 was probed at 0.74 at frame 36 and came round again at 0.92 only at frame 56 (a turn comes round
@@ -99,17 +101,20 @@ def turned_back(dets: Detections, back: np.ndarray) -> Detections:
 
 
 def own_faces(turned_dets: Detections, others: list[Detections]) -> np.ndarray:
-    """[N] bool: the turned pass's boxes on no face the other passes boxed (SAME_FACE_IOU) as surely. A
-    sure turned box over a weak upright one is the turned face, which the upright pass only half saw: a red
-    team's face turned a quarter turn, 30 px, was boxed 0.91-0.93 turned and 0.31-0.35 upright, narrow and
-    off-centre, and its eyes stayed bare (the NMS that follows keeps the surer box)."""
+    """[N] bool: the turned pass's boxes on no face the other passes boxed (SAME_FACE_IOU), where a sure
+    turned box (ACTIVATE_SCORE) over only weak boxes (under WEAK_OTHER) counts as its own: that is the turned
+    face, which the upright pass half saw. A red team's face turned a quarter turn, 30 px, was boxed
+    0.91-0.93 turned and 0.31-0.35 upright, narrow and off-centre, and its eyes stayed bare (the NMS that
+    follows keeps the surer box). A turned box that outscored any upright box took the band pan's over-cover
+    from 7.08% to 7.50% (heads on one side boxed again, turned, and tracked twice)."""
     others = [o for o in others if len(o)]
     if not len(turned_dets) or not others:
         return np.ones(len(turned_dets), bool)
     boxes = np.concatenate([o.boxes for o in others])
     scores = np.concatenate([o.scores for o in others])
     same = iou_matrix(turned_dets.boxes, boxes) >= SAME_FACE_IOU  # [N, M]
-    return ~(same & (scores[None, :] >= turned_dets.scores[:, None])).any(axis=1)
+    overrides = (turned_dets.scores[:, None] >= ACTIVATE_SCORE) & (scores[None, :] < WEAK_OTHER)
+    return ~(same & ~overrides).any(axis=1)
 
 
 class TurnWatch:
