@@ -82,7 +82,7 @@ def test_the_watch_probes_every_turn_first_then_one_a_scan_and_keeps_a_turn_that
         watch.take(90, np.zeros(0), np.zeros(0, bool), 0)
     assert watch.active == ()
     assert watch.due(scan=False, cut=True) == [90]  # a new shot of a clip stored sideways
-    # a probe's face short of sure (LONE_SCORE): that turn and the opposite one are looked at again
+    # a probe's face short of sure (CANDIDATE_SCORE, 0.7): that turn and the opposite one are looked at again
     assert not watch.take(45, np.array([0.7]), np.array([True]), 0).any()
     assert sorted(watch.due(scan=False, cut=False)) == [45, 225]
     assert sorted(watch.due(scan=False, cut=False)) == [45, 225]

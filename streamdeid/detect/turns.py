@@ -36,11 +36,15 @@ from streamdeid.types import Detections
 TURNS = (90, 270, 180, 45, 315, 135, 225)
 # A box of another pass under this score does not hide a sure turned box on the same face (own_faces).
 WEAK_OTHER = 0.5
-# A probe whose face of its own scores from LONE_SCORE but under ACTIVATE_SCORE is probed again on this
+# A probe whose face of its own scores from CANDIDATE_SCORE but under ACTIVATE_SCORE is probed again on this
 # many runs: a red team's face turned 135 degrees that came into an upright clip at
 # frame 30 was probed at 0.74 at frame 36 and came round again at 0.92 only at frame 56 (a turn comes round
 # every seven scans, 1.75 s), and the look-ahead covered 48-55: frames 30-47 were bare.
 CANDIDATE_RUNS = 2
+# (From 0.6, hamilton's dim heads and hands made candidates on 24 of its 138 detector runs: 114 probes
+# instead of 42, and it ran at 49.6 fps against the session start's 64.6, where it runs at 56.6-61.0 against
+# 61.7-64.3 from 0.7.)
+CANDIDATE_SCORE = 0.7
 # A turned pass's box on a face the other passes boxed (IoU) is that face again, not a turned one.
 SAME_FACE_IOU = 0.3
 # A turn not yet active takes a face only from this score: on the upright shared clips (hamilton, the
@@ -169,7 +173,7 @@ class TurnWatch:
         the picture stands that way and it takes them all, weak ones too; otherwise (someone lying down,
         a head on one side in an upright crowd) those from LONE_SCORE."""
         if angle not in self._quiet and not sure_own(scores, own):
-            if (own & (scores >= LONE_SCORE)).any():  # and the opposite turn: YuNet half-finds a face
+            if (own & (scores >= CANDIDATE_SCORE)).any():  # and the opposite turn: YuNet half-finds a face
                 # upside down (a face turned 90 degrees scored 0.6 in the 90-degree probe, 0.92 in the 270)
                 self._candidates[angle] = self._candidates[(angle + 180) % 360] = CANDIDATE_RUNS
             own = np.zeros_like(own)  # a probe that found no sure face of its own takes nothing
