@@ -270,8 +270,8 @@ class FaceFinder:
             active = turns.active
             for angle in turns.due(scan=scan, cut=cut):
                 view = turned(bright, angle)
-                if angle in active:  # the scan too: a clip stored sideways has small faces as well
-                    passes = self._passes(view.image, scan)
+                if angle in active:
+                    passes = self._passes(view.image, scan and turns.whole(angle))
                 else:
                     passes = [self._probe_for(w, h, view.image).detect(view.image)]
                 dets = turned_back(merge(passes, self.cfg.nms_threshold), view.back)

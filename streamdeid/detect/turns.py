@@ -130,12 +130,13 @@ class TurnWatch:
         self._started = False
         self._seen: set[int] = set()  # turns ever active in this video
         self._candidates: dict[int, int] = {}  # turn -> runs it is probed again on (a face short of sure)
+        self._whole: set[int] = set()  # active turns that held more faces than upright on their last run
 
     def copy(self) -> "TurnWatch":
         """A watch in this one's state that can run without changing it (an off-schedule detector run)."""
         other = TurnWatch()
         other._quiet, other._probe, other._started = dict(self._quiet), self._probe, self._started
-        other._seen, other._candidates = set(self._seen), dict(self._candidates)
+        other._seen, other._candidates, other._whole = set(self._seen), dict(self._candidates), set(self._whole)
         return other
 
     @property
@@ -179,8 +180,18 @@ class TurnWatch:
             own = np.zeros_like(own)  # a probe that found no sure face of its own takes nothing
         elif own.sum() <= upright:
             own = own & (scores >= LONE_SCORE)
+        self._whole.discard(angle)
+        if own.sum() > upright:
+            self._whole.add(angle)
         self._saw(angle, bool(own.any()))
         return own
+
+    def whole(self, angle: int) -> bool:
+        """Whether turn ``angle`` held more faces than the upright passes on its last run: the picture stands
+        that way, and the turn gets the small-face scan too (a clip stored sideways has small faces as well).
+        A face lying down in an upright picture does not need it, and on a diagonal's canvas the scan of a
+        1080p frame is 3840 px square."""
+        return angle in self._whole
 
     def _saw(self, k: int, found_own: bool) -> None:
         """Whether turn ``k``'s pass on this run found a face of its own."""
