@@ -1,8 +1,8 @@
 """Faces turned in the picture (detect/turns.py): sideways or upside-down pixels with no display matrix to say so.
 
 The end-to-end tests grade with dlib's HOG on the upright frames, a detector the pipeline does not run; the
-outputs are turned back upright to compare. Without the turned passes, 39 of the 66 faces HOG finds on the
-group pan below stayed bare turned a quarter turn anticlockwise, 13 the other way and 20 upside down.
+outputs are turned back upright to compare. On the pan below, the session start's code (813f242) left 17 of the
+dlib faces bare turned a quarter turn anticlockwise; benchmarks/turned.py has the longer cases.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 YuNet (like CenterFace) is trained on upright faces and finds a face rolled up to about 20 degrees: a phone
 clip whose rotation tag was stripped, a camera mounted on its side or tilted, a person lying down or leaning
-their head left faces bare. On a 30-frame pan over group_meeting.jpg turned a quarter turn (pixels, no
-display matrix), 39 of the 66 faces dlib's HOG finds on the upright frames were bare; on a walking clip
-tilted 45 degrees, 139 of 217 (docs/recall.md, "Turned faces").
+their head left faces bare. On a 30-frame pan over group_meeting.jpg turned a quarter turn either way
+(pixels, no display matrix), 21 and 53 of the 64 faces dlib's HOG finds on the upright frames were bare; on
+a walking clip tilted 45 degrees, 139 of 217 (docs/recall.md, "Turned faces").
 
 A turned pass is the fast pass (and the small-face scan) on the frame turned by a quarter turn (np.rot90,
 exact) or 45 degrees (onto a canvas that holds the whole frame); its boxes and landmarks are turned back
