@@ -85,23 +85,12 @@ class CloserLook:
         finder brightens a dark frame (an image the still passes brightened already need not). ``turns``:
         angles (detect/turns.py) to look at the crop turned by where it finds no upright face: a face
         lying down is no face upright."""
-        found = self._look(image, box, frame, bright)
-        for angle in turns:
-            if found is not None:
-                break
-            found = self._look(image, box, frame, bright, angle)
-        return found
-
-    def _look(self, image: np.ndarray, box: np.ndarray, frame: np.ndarray | None, bright: bool,
-              angle: int = 0) -> Detections | None:
-        """``look`` with the crop turned ``angle`` degrees (0: upright)."""
         box = np.asarray(box, np.float64)
         frame = box if frame is None else np.asarray(frame, np.float64)
         h, w = image.shape[:2]
         x0, y0, x1, y1, scale = zoom_window(frame, w, h, self.context, self.upscale, self.face_px)
         if x1 <= x0 or y1 <= y0:
             return None
-        self.looks += 1
         crop = image[y0:y1, x0:x1]
         size = (max(1, round(crop.shape[1] * scale)), max(1, round(crop.shape[0] * scale)))
         shrink = scale < 1 and not self.upscale  # the still passes' look keeps its cubic resize either way
@@ -109,16 +98,29 @@ class CloserLook:
             if scale != 1 else crop
         if bright:
             zoomed = brighten(zoomed)
-        view = turned(zoomed, angle)
+        for angle in (0, *turns):  # the crop is cut, sized and brightened once, and turned for each angle
+            self.looks += 1
+            found = self._look_at(zoomed, angle, box, frame, x0, y0, scale)
+            if found is not None:
+                return found
+        return None
+
+    def _look_at(self, zoomed: np.ndarray, angle: int, box: np.ndarray, frame: np.ndarray, x0: int, y0: int,
+                 scale: float) -> Detections | None:
+        """``look``'s detection on the ``zoomed`` crop (taken at ``x0``, ``y0``, resized by ``scale``) turned
+        ``angle`` degrees (0: as it is)."""
+        view = turned(zoomed, angle) if angle else None
 
         def detect(crop: np.ndarray) -> Detections:  # in the zoomed crop's pixels, whatever the turn
-            return turned_back(self._yunet.detect(crop), view.back) if angle else self._yunet.detect(crop)
+            dets = self._yunet.detect(crop)
+            return turned_back(dets, view.back) if view is not None else dets
 
+        seen = view.image if view is not None else zoomed
         if self.first:
-            found = self._on_face(detect(view.image), box, frame, x0, y0, scale)
+            found = self._on_face(detect(seen), box, frame, x0, y0, scale)
             return found if found is not None else \
-                self._on_face(detect(local_contrast(view.image)), box, frame, x0, y0, scale)
-        dets = merge([detect(view.image), detect(local_contrast(view.image))], AGREE_IOU)
+                self._on_face(detect(local_contrast(seen)), box, frame, x0, y0, scale)
+        dets = merge([detect(seen), detect(local_contrast(seen))], AGREE_IOU)
         return self._on_face(dets, box, frame, x0, y0, scale)
 
     def faces_in(self, image: np.ndarray, box: np.ndarray, face_size: float) -> Detections:

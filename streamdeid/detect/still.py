@@ -140,19 +140,20 @@ class StillFinder:
         h, w = image.shape[:2]
         if not h or not w:
             return Detections.empty()
-        found = self._find_upright(image)
+        bright = brighten(image)
+        found = self._find_upright(image, bright)
         if not self.finder.cfg.look_turned:
             return found
-        return merge([found, *self._turned(image, found)], AGREE_IOU)
+        return merge([found, *self._turned(image, bright, found)], AGREE_IOU)
 
-    def _turned(self, image: np.ndarray, found: Detections) -> list[Detections]:
+    def _turned(self, image: np.ndarray, bright: np.ndarray, found: Detections) -> list[Detections]:
         """Faces turned in the still (detect/turns.py: sideways, upside down, diagonal) that the upright
         passes (``found``) did not box. Each turn is probed by the fast pass and the scan, which keep their sure faces
         (ACTIVATE_SCORE) of their own: someone lying down, a face reflected in a table. A turn that finds
         more sure faces than ``found`` holds is how the photo stands (stored sideways): it gets every
         pass of ``find``, weak faces too. Every pass on every turn of an upright photo would add the weak
-        boxes those passes find on any picture (group_meeting.jpg: 14 more, none a face)."""
-        bright = brighten(image)
+        boxes those passes find on any picture (group_meeting.jpg: 14 more, none a face). ``bright``:
+        brighten(image)."""
         upright_sure = int((found.scores >= ACTIVATE_SCORE).sum())
         taken = []
         for angle in TURNS:
@@ -165,7 +166,7 @@ class StillFinder:
             sure = own_faces(probe, [found]) & (probe.scores >= ACTIVATE_SCORE)
             if sure.sum() > upright_sure:
                 whole = turned(image, angle)
-                dets = turned_back(self._find_upright(whole.image), whole.back)
+                dets = turned_back(self._find_upright(whole.image, brighten(whole.image)), whole.back)
                 taken.append(dets[own_faces(dets, [found])])
             elif sure.any():
                 taken.append(self._unless_odd(image, probe[sure], found, angle))
@@ -187,10 +188,9 @@ class StillFinder:
             keep[k] = look is not None and float(look.scores[0]) >= ACTIVATE_SCORE
         return turned_faces[keep]
 
-    def _find_upright(self, image: np.ndarray) -> Detections:
-        """Faces in one BGR still as it stands, from every pass, fused."""
+    def _find_upright(self, image: np.ndarray, bright: np.ndarray) -> Detections:
+        """Faces in one BGR still as it stands, from every pass, fused (``bright``: brighten(image))."""
         h, w = image.shape[:2]
-        bright = brighten(image)
         fast_side = self.finder.fast_side(w, h)
         side = self.finder.scan_side(w, h) or fast_side
         larger = min(round(side * EXTRA_SCALE), MAX_SCAN_SIDE)

@@ -21,6 +21,7 @@ pass found a sure face the upright pass did not, on every run, until it has foun
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import cv2
@@ -134,10 +135,7 @@ class TurnWatch:
 
     def copy(self) -> "TurnWatch":
         """A watch in this one's state that can run without changing it (an off-schedule detector run)."""
-        other = TurnWatch()
-        other._quiet, other._probe, other._started = dict(self._quiet), self._probe, self._started
-        other._seen, other._candidates, other._whole = set(self._seen), dict(self._candidates), set(self._whole)
-        return other
+        return copy.deepcopy(self)
 
     @property
     def active(self) -> tuple[int, ...]:
@@ -173,7 +171,7 @@ class TurnWatch:
         scores ACTIVATE_SCORE (which makes the turn active). Where the turn holds more faces than upright,
         the picture stands that way and it takes them all, weak ones too; otherwise (someone lying down,
         a head on one side in an upright crowd) those from LONE_SCORE."""
-        if angle not in self._quiet and not sure_own(scores, own):
+        if angle not in self._quiet and not (own & (scores >= ACTIVATE_SCORE)).any():
             if (own & (scores >= CANDIDATE_SCORE)).any():  # and the opposite turn: YuNet half-finds a face
                 # upside down (a face turned 90 degrees scored 0.6 in the 90-degree probe, 0.92 in the 270)
                 self._candidates[angle] = self._candidates[(angle + 180) % 360] = CANDIDATE_RUNS
@@ -203,7 +201,3 @@ class TurnWatch:
             if self._quiet[k] >= QUIET_RUNS:
                 del self._quiet[k]
 
-
-def sure_own(scores: np.ndarray, own: np.ndarray) -> bool:
-    """Whether a turned pass found a face of its own (``own`` [N]) from ACTIVATE_SCORE (``scores`` [N])."""
-    return bool((own & (scores >= ACTIVATE_SCORE)).any())
