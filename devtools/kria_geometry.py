@@ -9,6 +9,8 @@ per code row of:
              read back exactly);
 - readback:  the anonymized identity code against the code the encoder reads back from the decoded
              anonymized face (what recovery actually starts from);
+- plain:     the same loop without the key: a face decoded from its own codes and read back, its
+             identity code against the original's (what the decoder and encoder carry at best);
 - right/wrong: the recovered identity code (read back, reflected with the right or a wrong key) from the
              original's.
 Recovery tells keys apart only where readback is small against key move.
@@ -51,6 +53,7 @@ def main() -> None:
         a_ident = c_hat - attrs  # I' = 2 c(P) - I
         y = G.decode(c_hat, feats)
         codes_y, _ = G.encode(y)
+        _, idents_plain = G.disentangle(G.encode(G.decode(codes, feats))[0])
         attrs_y, idents_y = G.disentangle(codes_y)
         zeros = torch.zeros_like(idents)
         cent_p = G.anonymize_codes(zeros, zeros, p) / 2  # (2 c(P) - 0) / 2 = c(P)
@@ -58,14 +61,15 @@ def main() -> None:
         rec_right = G.anonymize_codes(attrs_y, idents_y, p) - attrs_y
         rec_wrong = G.anonymize_codes(attrs_y, idents_y, q) - attrs_y
     names = ("coarse", "medium", "fine")
-    print(f"{'level':8} {'spread':>7} {'key move':>9} {'readback':>9} {'right':>7} {'wrong':>7}")
+    print(f"{'level':8} {'spread':>7} {'key move':>9} {'readback':>9} {'plain':>7} {'right':>7} {'wrong':>7}")
     for i, name in enumerate(names):
         spread = row_dist(sp(idents)[i], sp(idents)[i].mean(0, keepdim=True))
         move = row_dist(sp(cent_p)[i], sp(cent_q)[i])
         readback = row_dist(sp(idents_y)[i], sp(a_ident)[i])
+        plain = row_dist(sp(idents_plain)[i], sp(idents)[i])
         right = row_dist(sp(rec_right)[i], sp(idents)[i])
         wrong = row_dist(sp(rec_wrong)[i], sp(idents)[i])
-        print(f"{name:8} {spread:7.2f} {move:9.2f} {readback:9.2f} {right:7.2f} {wrong:7.2f}")
+        print(f"{name:8} {spread:7.2f} {move:9.2f} {readback:9.2f} {plain:7.2f} {right:7.2f} {wrong:7.2f}")
 
 
 if __name__ == "__main__":

@@ -75,7 +75,7 @@ def test_the_lease_runs_on_the_cpu_and_brings_a_generator_home(lease_tree):
     assert manifest["stage"] == "anonymize"
     out2, run2 = root / "out2", root / "run2"
     # the next lease's model form and stage-2 recipe, as it travels (--config, docs/gpu.md)
-    form = REPO / "devtools" / "lease_decoder.json"
+    form = REPO / "devtools" / "lease_recon.json"
     res = _lease(tree, out2, run2, "--init", str(root / "home" / "gen.safetensors"), "--probe-steps", "0",
                  "--config", str(form))
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
@@ -83,7 +83,9 @@ def test_the_lease_runs_on_the_cpu_and_brings_a_generator_home(lease_tree):
     assert "reflection form" in res.stdout
     model = json.loads((run2 / "anonymize" / "config.json").read_text())["model"]
     assert model["kria_reflect"] is True and model["kria_spread"] == json.loads(form.read_text())["model"]["kria_spread"]
-    assert '"id_spread"' in (run2 / "anonymize" / "log.jsonl").read_text()  # the identity codes' spread is logged
+    logged = (run2 / "anonymize" / "log.jsonl").read_text()
+    assert '"id_spread"' in logged  # the identity codes' spread is logged
+    assert '"recon"' in logged  # the decoder keeps drawing a face's own codes (MODEL_CARD.md, "Fifth GPU run")
 
 
 def test_a_cut_short_copy_is_refused_at_home(lease_tree, tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -255,14 +256,20 @@ def test_anonymize_from_a_plain_kria_checkpoint_starts_kria_as_identity(tiny_env
                                    log=lambda m: None)
 
 
-def test_anonymize_switching_to_a_reflected_kria_centres_it_on_the_mean_identity(tiny_env, tmp_path):
-    """kria_reflect from a residual checkpoint: every key's centre starts at the mean identity of the
-    training crops, so I' = 2 mean - I whatever the key, and the first step trains (cycle term logged)."""
-    root, cfg_file, data = tiny_env
-    run = tmp_path / "run"
+def _disentangled(tiny_env, run: Path) -> Path:
+    """Stages 0 and 1 for one step each from random weights: a run that stage 2 can start from."""
+    _, cfg_file, data = tiny_env
     common = ["--data", str(data), "--run", str(run), "--steps", "1", "--config", str(cfg_file)]
     assert cli.main(["reconstruct", *common, "--init", "none"]) == 0
     assert cli.main(["disentangle", *common]) == 0
+    return run
+
+
+def test_anonymize_switching_to_a_reflected_kria_centres_it_on_the_mean_identity(tiny_env, tmp_path):
+    """kria_reflect from a residual checkpoint: every key's centre starts at the mean identity of the
+    training crops, so I' = 2 mean - I whatever the key, and the first step trains (cycle term logged)."""
+    _, cfg_file, data = tiny_env
+    run = _disentangled(tiny_env, tmp_path / "run")
     reflect = tmp_path / "reflect.json"
     reflect.write_text(json.dumps({**TINY, "model": {**TINY["model"], "kria_reflect": True}}))
     logs = []
@@ -279,6 +286,27 @@ def test_anonymize_switching_to_a_reflected_kria_centres_it_on_the_mean_identity
                                        atol=1e-4, rtol=1e-4)
     records = trainer.run(stop_after=1)
     assert np.isfinite(records[-1]["cycle"]) and np.isfinite(records[-1]["loss"])
+
+
+def test_anonymize_recon_term_trains_the_decoder_on_a_face_s_own_codes(tiny_env, tmp_path):
+    """Weight "recon" (docs/MODEL_CARD.md, "Fifth GPU run"): stage 2 also decodes x from its own codes and
+    pulls that towards x, so a decoder trained on the cycle keeps drawing real identities. Off by default:
+    without the weight the term is neither computed nor logged."""
+    _, cfg_file, data = tiny_env
+    run = _disentangled(tiny_env, tmp_path / "run")
+    with_recon = tmp_path / "recon.json"
+    with_recon.write_text(json.dumps({**TINY, "stages": {**TINY["stages"], "anonymize": {
+        **TINY["stages"]["anonymize"], "train": ["decoder"], "weights": {"recon": 1.0}}}}))
+    seen = {}
+    for name, cfg in (("off", cfg_file), ("on", with_recon)):
+        trainer = STAGE_CLASSES["anonymize"](resolve("cpu-small", cfg), tmp_path / name, data,
+                                             init=str(run / "disentangle"), log=lambda m: None)
+        before = {k: v.clone() for k, v in trainer.G.decoder.state_dict().items()}
+        seen[name] = trainer.run(stop_after=1)[-1]
+        moved = any(not torch.equal(before[k], v) for k, v in trainer.G.decoder.state_dict().items())
+        assert moved == (name == "on")  # the preset trains KRIA alone; "on" trains the decoder
+    assert "recon" not in seen["off"]
+    assert np.isfinite(seen["on"]["recon"]) and seen["on"]["recon"] > 0
 
 
 # --------------------------------------------------------------------- held-out

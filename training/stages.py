@@ -281,6 +281,12 @@ class AnonymizeStage(_LossMixin, Trainer):
             terms["cos_rec"] = L.cos(ar[0], e).mean().detach()
             terms["cos_wrong"] = L.cos(aw1[0], e).mean().detach()
         terms["rev"] = rev
+        if w.get("recon", 0) > 0:
+            # x decoded from its own codes (no key): a decoder trained on the cycle alone forgets how to
+            # draw a face's own codes (the 2026-11-27 lease: plain readback 0.43 -> 3.5 per row); weight
+            # "recon", 0 in the presets, L1 + perceptual as in the reconstruct stage
+            own = self.G.decode(*self.G.encode(x))
+            terms["recon"] = (own - x).abs().mean() + self.perceptual(own, x, self.analyze(own), ax)
         terms["psnr_rec"] = (10 * torch.log10(4.0 / F.mse_loss(r.detach().clamp(-1, 1), x))).detach()
         if self.parse is not None:
             terms["parse"] = (self.parse(a1, x) + self.parse(a2, x)) / 2
