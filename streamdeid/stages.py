@@ -135,7 +135,8 @@ class FaceStage:
         scheduled = cut or self._countdown <= 0
         if scheduled or added is not None:
             # a reviewer's added box gets a detector run on its frame: the fast pass, off the schedule, which it
-            # leaves as it was, so the re-run's other runs fall on the reviewed run's frames (edits/apply.py)
+            # leaves as it was, so the re-run's other runs fall on the reviewed run's frames (edits/apply.py);
+            # off the schedule, the run gives the added boxes their landmarks and nothing else to the tracker
             scan = scheduled and (cut or self._since_scan >= self.scan_every)
             if scan and not cut and self.scan_gate is not None and not self.scan_gate():
                 scan = False
@@ -170,10 +171,15 @@ class FaceStage:
         t1 = time.perf_counter()
         if cut:
             motion = None  # the new shot does not continue the old one
-        faces = self.tracker.update(dets, cut=cut, motion=motion, provisional=provisional,
-                                    blind_below=blind_below, locate=self._locator(frame.image),
-                                    verify=self._verifier(frame.image), same_face=self._rejoiner(frame.image),
-                                    frame_size=(frame.image.shape[1], frame.image.shape[0]))
+        size = (frame.image.shape[1], frame.image.shape[0])
+        if dets is not None and not scheduled:  # only the added boxes: the other tracks stay the reviewed run's
+            faces = self.tracker.update_added(dets[forced], motion=motion, locate=self._locator(frame.image),
+                                              same_face=self._rejoiner(frame.image), frame_size=size)
+        else:
+            faces = self.tracker.update(dets, cut=cut, motion=motion, provisional=provisional,
+                                        blind_below=blind_below, locate=self._locator(frame.image),
+                                        verify=self._verifier(frame.image), same_face=self._rejoiner(frame.image),
+                                        frame_size=size)
         if self.templates is not None:
             self.templates.update(frame.image, faces)
         if self.tracker.num_tracks and self._countdown >= self.every:

@@ -416,7 +416,9 @@ def test_an_added_box_keeps_the_reviewed_runs_detector_frames(media: Path, tmp_p
     """An added box gets a detector run on its frame. It restarted the detector's schedule there, so every
     later run fell on other frames than in the reviewed run, and the re-run's tracks differed from the ones
     the reviewer saw: on hamilton's first 90 frames, with one box drawn on an empty corner at frame 45, 386
-    of 1,171 reviewed covers came back the same. The extra run now leaves the schedule as it was."""
+    of 1,171 reviewed covers came back the same. The extra run now leaves the schedule as it was, and it
+    gives the tracker the added box alone (FaceTracker.update_added): with all it detected, 856 of 1,006
+    came back. Now every reviewed cover comes back, and every new one is the added box's own track."""
     with av.open(str(media / "short_hamilton_clip.mp4")) as c:
         frames = [f.to_ndarray(format="bgr24") for _, f in zip(range(90), c.decode(video=0))]
     src = make_video(tmp_path / "ham.mkv", frames, fps=30, codec="ffv1")
@@ -432,4 +434,7 @@ def test_an_added_box_keeps_the_reviewed_runs_detector_frames(media: Path, tmp_p
         logs.append(_audit(log))
     again = {(r["frame"], tuple(r["box"])) for r in logs[1]}
     same = [(r["frame"], tuple(r["box"])) in again for r in logs[0]]
-    assert sum(same) / len(same) > 0.8, f"{sum(same)} of {len(same)} reviewed covers came back"
+    assert all(same), f"{sum(same)} of {len(same)} reviewed covers came back"
+    reviewed = {(r["frame"], tuple(r["box"])) for r in logs[0]}
+    new = [r for r in logs[1] if (r["frame"], tuple(r["box"])) not in reviewed]
+    assert len({r["track"] for r in new}) == 1 and 45 in {r["frame"] for r in new}  # the added box's track

@@ -511,3 +511,29 @@ def test_a_held_face_leaving_through_the_edge_ends_its_hold_a_face_at_the_edge_d
     assert shares and all(s >= DEPARTED_INSIDE * 0.9 for s in shares), shares  # widened boxes: about
     still = [f for f in standing.update(dets([]), frame_size=size) if f.state == "held"]
     assert len(still) == 1
+
+
+def test_an_added_box_off_the_schedule_moves_only_its_own_track():
+    """A reviewer's added box on a frame the detector's schedule skips (FaceStage, edits/apply.py): the box
+    continues the track it lies on, or starts one reported at once, and every other track advances exactly as
+    between detector runs, so a re-run with edits keeps the reviewed run's other covers."""
+    import copy
+
+    tracker = FaceTracker(fps=25, config=TrackConfig())
+    for t in range(4):
+        tracker.update(dets([face(50 + 3 * t, 100), face(300, 120)]))
+    twin = copy.deepcopy(tracker)
+    between = by_id(twin.update(None))  # the reviewed run: no detector run on this frame
+    added = Detections(np.array([face(400, 300)], np.float32), np.array([1.0]), np.full((1, 5, 2), np.nan, np.float32))
+    out = by_id(tracker.update_added(added))
+    new = set(out) - set(between)
+    assert len(new) == 1 and out[new.pop()].state == "detected"  # a new track, reported at once
+    for tid, f in between.items():
+        assert np.array_equal(out[tid].box, f.box) and out[tid].state == f.state
+    # a box on a tracked face continues that track; the other track is still as between runs
+    twin2 = copy.deepcopy(tracker)
+    between = by_id(twin2.update(None))
+    on_first = Detections(np.array([between[1].box], np.float32), np.array([1.0]), np.full((1, 5, 2), np.nan, np.float32))
+    out = by_id(tracker.update_added(on_first))
+    assert set(out) == set(between) and out[1].state == "detected"
+    assert np.array_equal(out[2].box, between[2].box)
