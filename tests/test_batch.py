@@ -278,3 +278,26 @@ def batch_params():
     from streamdeid.cli import run
 
     return batch_command(run).params
+
+
+def test_a_batch_or_folder_run_into_its_own_input_folder_never_replaces_an_input(tmp_path: Path, media: Path) -> None:
+    """`batch DIR -o DIR --overwrite` (and a single file into its own folder) replaced the originals with
+    anonymized copies, exit 0: the output folder was the input's, so each output path was its input. Whatever
+    --overwrite says, each such file is refused and left as it was; `run DIR -o DIR` was refused already."""
+    same = tmp_path / "same"
+    same.mkdir()
+    for name in ("a.jpg", "b.jpg"):
+        (same / name).write_bytes((media / "obama-240p.jpg").read_bytes())
+    before = {p.name: p.read_bytes() for p in same.iterdir()}
+    for args in ((str(same), "-o", str(same)), (str(same / "a.jpg"), "-o", str(same))):
+        proc = run_cli("batch", *args, "--overwrite", "--anonymizer", "solid", "--no-progress")
+        err = proc.stderr.decode()
+        assert proc.returncode == 1 and "Traceback" not in err and "the input itself" in err, err
+        assert {p.name: p.read_bytes() for p in same.iterdir() if p.suffix == ".jpg"} == before
+    # a folder run whose file would land on itself (the per-file guard of Runner.file)
+    from streamdeid.run.options import RunOptions
+    from streamdeid.run.runner import Runner
+
+    outcome, _ = Runner(RunOptions()).file(same / "b.jpg", same / "b.jpg")
+    assert outcome.status == "failed" and "the input itself" in outcome.error
+    assert (same / "b.jpg").read_bytes() == before["b.jpg"]

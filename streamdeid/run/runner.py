@@ -160,6 +160,7 @@ class Runner:
         left half-written is redone."""
         runner = self
         try:
+            refuse_same_file(src, dst)  # whatever --overwrite says (a batch whose -o is its input folder)
             if self.options.skip_existing:
                 vault_path = self.vault_for(src, dst)
                 if output_is_complete(dst, vault_path) and self._made_from(src, vault_path):
