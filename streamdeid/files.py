@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 
@@ -52,7 +53,8 @@ def refuse_clobbering(reads: list[tuple[str, str | Path | None]], writes: list[t
     files it reads (its key file, edits file) and the files it writes (output, vault, audit log, report).
     Whatever --overwrite says, it writes none of the files it reads (the key file is the only way back to
     the originals) and no two of its outputs are one file; without --overwrite it replaces no file but
-    those ``rewritten`` names (a --report is rewritten by every run of a folder it resumes)."""
+    those ``rewritten`` names where they hold a run's report (a --report is rewritten by every run of a
+    folder it resumes; is_report)."""
     seen: dict[str, str] = {}
     for what, w in writes:
         if w is None or str(w) == "-":
@@ -77,6 +79,22 @@ def refuse_clobbering(reads: list[tuple[str, str | Path | None]], writes: list[t
                                    f"(the {read_what} would be lost)")
             if inside:  # a folder of inputs or reference photos: the file is one of them
                 raise ClobberError(f"the {what} {path} is a file of the {read_what} folder {r}; choose another path")
-        if not overwrite and what not in rewritten and not path.is_dir():
+        if not overwrite and not (what in rewritten and is_report(path)) and not path.is_dir():
             raise ClobberError(f"{what} exists: {path} (pass --overwrite to replace it)")
+
+
+def is_report(path: Path) -> bool:
+    """Whether ``path`` holds a report a run wrote (run/outcome.py write_report: a JSON object with "files"
+    and "totals"; a batch's CSV report): only such a file is rewritten without --overwrite. A --report pointed at a video by
+    mistake replaced it with 400 bytes of JSON."""
+    try:
+        if path.stat().st_size > 64 * 2**20:
+            return False
+        text = path.read_text(encoding="utf-8")
+        if path.suffix.lower() == ".csv":  # a batch's CSV twin (batch/driver.py): its header
+            return text.startswith("input,output,vault,status")
+        data = json.loads(text)
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(data, dict) and "files" in data and "totals" in data
 

@@ -301,3 +301,23 @@ def test_a_batch_or_folder_run_into_its_own_input_folder_never_replaces_an_input
     outcome, _ = Runner(RunOptions()).file(same / "b.jpg", same / "b.jpg")
     assert outcome.status == "failed" and "the input itself" in outcome.error
     assert (same / "b.jpg").read_bytes() == before["b.jpg"]
+
+
+def test_a_report_replaces_only_an_earlier_report(tmp_path: Path, media: Path) -> None:
+    """--report is rewritten by every run, but a path that holds anything else (a video given by mistake)
+    is refused without --overwrite: it was replaced by 400 bytes of JSON, exit 0 (new-user review)."""
+    photo = tmp_path / "a.jpg"
+    photo.write_bytes((media / "obama-240p.jpg").read_bytes())
+    precious = tmp_path / "precious.mp4"
+    precious.write_bytes((media / "head-pose-face-detection-male.mp4").read_bytes()[:200_000])
+    for cmd in (("run", str(photo), "-o", str(tmp_path / "o.jpg")), ("batch", str(photo), "-o", str(tmp_path / "b"))):
+        proc = run_cli(*cmd, "--report", str(precious), "--anonymizer", "solid", "--no-progress")
+        err = proc.stderr.decode()
+        assert proc.returncode == 1 and "report exists" in err and "--overwrite" in err, err
+        assert precious.read_bytes() == (media / "head-pose-face-detection-male.mp4").read_bytes()[:200_000]
+        report = tmp_path / f"{cmd[0]}-report.json"
+        for i in range(2):  # written, then rewritten by the next run without --overwrite
+            again = (*cmd[:3], str(tmp_path / f"o{i}.jpg")) if cmd[0] == "run" else cmd
+            proc = run_cli(*again, "--report", str(report), "--anonymizer", "solid", "--no-progress")
+            assert proc.returncode == 0, proc.stderr.decode()
+            assert json.loads(report.read_text())["totals"]["files"] == 1

@@ -75,9 +75,11 @@ def run_batch(sources: list[str], out_dir: str | Path, opts: dict[str, Any], *, 
     # a bad option, a missing model or key fails here, before any worker starts (the key is created once, here)
     Runner(batch_options(opts))
     json_path, csv_path = report_paths(out, report, shard_index, shard_count)
-    # the reports are rewritten by every run of the batch, but never over what it reads
+    # the reports are rewritten by every run of the batch, but never over what it reads, nor over a file
+    # that is no report without --overwrite
     reads = [("key file", opts.get("key_file"))] + [("input", t.input) for t in tasks]
-    refuse_clobbering(reads, [("report", json_path), ("CSV report", csv_path)], overwrite=True)
+    refuse_clobbering(reads, [("report", json_path), ("CSV report", csv_path)], overwrite=bool(opts.get("overwrite")),
+                      rewritten=("report", "CSV report"))
     out.mkdir(parents=True, exist_ok=True)
     previous = _previous(json_path)
     t0 = time.perf_counter()
