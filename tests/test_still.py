@@ -181,3 +181,32 @@ def test_a_photo_larger_than_the_scan_is_also_looked_at_in_tiles_at_its_own_reso
     found = finder.find(canvas)
     hits = sum(any(box_iou(f, p) > 0.3 for f in found.boxes) for p in pasted)
     assert len(pasted) == 24 and hits >= 18, hits
+
+
+def test_an_animated_png_or_webp_is_refused_not_cut_to_its_first_frame(tmp_path) -> None:
+    """An animated PNG or WebP was read as its first frame alone: a one-picture output, exit 0, the rest of
+    the animation gone without a word (new-user review). Refused like a TIFF of several pages; a still PNG
+    or WebP (VP8X header included) is read as before."""
+    import io
+
+    from conftest import MEDIA, run_cli
+    from PIL import Image
+
+    face = Image.open(MEDIA / "obama-240p.jpg").convert("RGB")
+    frames = [face, face.transpose(Image.Transpose.FLIP_LEFT_RIGHT), face]
+    for fmt, ext in (("PNG", "png"), ("WEBP", "webp")):
+        buf = io.BytesIO()
+        frames[0].save(buf, format=fmt, save_all=True, append_images=frames[1:], duration=100)
+        src = tmp_path / f"anim.{ext}"
+        src.write_bytes(buf.getvalue())
+        out = tmp_path / f"out.{ext}"
+        proc = run_cli("run", str(src), "-o", str(out), "--anonymizer", "solid", "--no-progress")
+        err = proc.stderr.decode()
+        assert proc.returncode == 1 and "an animation of 3 frames" in err and "Traceback" not in err, err
+        assert not out.exists()
+        still = tmp_path / f"still.{ext}"
+        frames[0].save(still, format=fmt, **({"lossless": True, "exif": face.getexif()} if fmt == "WEBP" else {}))
+        proc = run_cli("run", str(still), "-o", str(tmp_path / f"still_out.{ext}"), "--anonymizer", "solid",
+                       "--no-progress")
+        assert proc.returncode == 0, proc.stderr.decode()
+        assert np.asarray(Image.open(tmp_path / f"still_out.{ext}")).shape == np.asarray(frames[0]).shape

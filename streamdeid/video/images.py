@@ -96,10 +96,38 @@ def decode_image(data: bytes, name: str | os.PathLike[str]) -> np.ndarray:
         if ok and len(pages) > 1:
             raise StreamdeidError(f"{name}: a TIFF of {len(pages)} pages; only one-page images are read "
                                   "(split it into one file per page first)")
+    frames = animation_frames(data)
+    if frames > 1:  # imdecode reads the first frame alone: the output would be that one picture
+        raise StreamdeidError(f"{name}: an animation of {frames} frames; only still images are read as photos "
+                              "(convert it to a video, such as .mp4 or .gif, first)")
     image = cv2.imdecode(buf, cv2.IMREAD_COLOR) if data else None  # (empty: cv2 asserts)
     if image is None:
         raise StreamdeidError(f"{name}: not a readable image")
     return image
+
+
+def animation_frames(data: bytes) -> int:
+    """The frame count of an animated PNG (its acTL chunk, before the image data) or WebP (its VP8X header's
+    animation flag; the count of its ANMF frame chunks); 1 for anything else. Chunks are walked by their
+    lengths, so pixel data that happens to spell a chunk name does not count."""
+    if data[:8] == b"\x89PNG\r\n\x1a\n":
+        at = 8
+        while at + 12 <= len(data):
+            length, kind = int.from_bytes(data[at:at + 4], "big"), data[at + 4:at + 8]
+            if kind == b"acTL" and length >= 8:
+                return max(1, int.from_bytes(data[at + 8:at + 12], "big"))
+            if kind in (b"IDAT", b"IEND"):
+                return 1
+            at += 12 + length
+        return 1
+    if data[:4] == b"RIFF" and data[8:16] == b"WEBPVP8X" and len(data) > 20 and data[20] & 0x02:
+        count, at = 0, 12
+        while at + 8 <= len(data):
+            kind, length = data[at:at + 4], int.from_bytes(data[at + 4:at + 8], "little")
+            count += kind == b"ANMF"
+            at += 8 + length + (length & 1)  # chunks are padded to an even size
+        return max(count, 1)
+    return 1
 
 
 def jpeg_is_truncated(data: bytes) -> bool:
