@@ -576,3 +576,22 @@ def test_faces_left_visible_are_shown_as_visible(tmp_path) -> None:
     assert f"{kept}: left visible on frames 0-5" in facts["--keep/--only"]
     assert facts["left visible"].startswith(f"{len(track['covers'])} faces of 1 tracks")
     assert str(len([r for r in lines if "frame" in r]) - len(track["covers"])) + " faces" in facts["covers"]
+
+
+def test_a_review_without_its_extra_says_so_before_any_work(monkeypatch) -> None:
+    """Without starlette or uvicorn a review tracked and scanned the whole source (8.7 s on hamilton) and
+    only then said the extra was missing (new-user review). It says so first now, before it reads anything."""
+    import importlib.util
+
+    from streamdeid.review import run_review
+    from streamdeid.types import StreamdeidError
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "uvicorn" else real(name, *a))
+
+    class Untouched:  # any use of the settings would be work done before the refusal
+        def __getattr__(self, name):
+            raise AssertionError(f"the review read settings.{name} before checking its extra")
+
+    with pytest.raises(StreamdeidError, match=r'needs the review extra: pip install "streamdeid\[review\]"'):
+        run_review(Untouched(), browser=False)

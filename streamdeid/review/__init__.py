@@ -34,8 +34,9 @@ def run_review(settings: ReviewSettings, *, browser: bool = True, echo: Callable
     folder. With a key file the folder holds the originals recovered from the vault while the thumbnails
     are made (session.py deletes them then); a folder left by a review killed outright is removed by the
     next one (remove_stale_workdirs)."""
-    from .server import bind_local
+    from .server import bind_local, require_extra
 
+    require_extra()
     remove_stale_workdirs()
     with _signals_stop_the_review():
         sock = bind_local(port)  # a busy --port is told now, not after the preparation

@@ -45,6 +45,16 @@ def _missing_extra(exc: ImportError):
     return StreamdeidError(f"streamdeid review needs the review extra: pip install \"streamdeid[review]\" ({exc})")
 
 
+def require_extra() -> None:
+    """Fail at once when the review extra is not installed: before, a review tracked the whole source and
+    scanned it again (seconds to minutes) and only then said so."""
+    from importlib.util import find_spec
+
+    for name in ("starlette", "uvicorn"):
+        if find_spec(name) is None:
+            raise _missing_extra(ImportError(f"No module named {name!r}"))
+
+
 def static_text(name: str) -> bytes:
     return resources.files("streamdeid.review").joinpath("static", name).read_bytes()
 
