@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -14,7 +15,7 @@ import numpy as np
 
 from .config import PipelineConfig, detect_cadence
 from .detect.closer import AGREE_IOU, CloserLook, GuessCheck, frame_scale_look
-from .detect.finder import ODD_SIZE_RATIO, FaceFinder, concat, holds_a_centre, merge, odd_boxes, typical_sizes
+from .detect.finder import MAX_SCAN_SIDE, ODD_SIZE_RATIO, FaceFinder, concat, holds_a_centre, merge, odd_boxes, typical_sizes
 from .detect.turns import TurnWatch
 from .edits.apply import with_added
 from .render import FrameRenderer, PastedFace
@@ -26,6 +27,8 @@ from .track.camera_motion import CameraMotion
 from .track.matching import iou_matrix
 from .track.tracker import Locate, Provisional, SameFace, Verify
 from .types import Detections, Frame, FrameResult, box_centres, longest_sides
+
+log = logging.getLogger(__name__)
 
 # A box from the fast pass's floor up, over another box's centre, scoring under this, starts a track
 # reported from its second detector run (FaceStage._provisional); as the still passes' SURE_SCORE
@@ -129,6 +132,10 @@ class FaceStage:
         if self.smallest_face is None:
             h, w = frame.image.shape[:2]
             self.smallest_face = self.finder.smallest_face(w, h)
+            if 0 < self.finder.cfg.min_face < self.smallest_face - 0.5:  # a weaker promise than asked (0: no scan)
+                log.warning("%dx%d video: faces are looked for from %.0f px, not from --min-face %d (the small-face "
+                            "scan stops at %d px); a face under that size may be left visible",
+                            w, h, self.smallest_face, self.finder.cfg.min_face, MAX_SCAN_SIDE)
         provisional = None
         blind_below = 0.0
         added = self.added.get(frame.index)

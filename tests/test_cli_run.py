@@ -923,3 +923,16 @@ def test_option_tables_name_real_options_and_fields() -> None:
     assert (config.detect.score_threshold, config.blend.margin, config.output.crf) == (0.4, 0.2, 0)
     assert config.detect.min_face == default.detect.min_face and config.detect.every is None
     assert config.progress is False and live_config(ctx.params).segment_time == 5
+
+
+def test_a_4k_video_says_at_the_start_that_it_looks_for_larger_faces_than_min_face(tmp_path: Path) -> None:
+    """At 3840x2160 the small-face scan is capped (detect/finder.py MAX_SCAN_SIDE), so faces are looked for
+    from 24 px whatever --min-face says; only the summary's last line said so (new-user review). A warning
+    says it up front; a 640x360 clip, which the scan covers from 12 px, gets none."""
+    big = make_video(tmp_path / "k4.mp4", [np.full((2160, 3840, 3), 90, np.uint8)] * 2, fps=10)
+    small = make_video(tmp_path / "s.mp4", [np.full((360, 640, 3), 90, np.uint8)] * 2, fps=10)
+    for src, warned in ((big, True), (small, False)):
+        proc = run_cli("run", str(src), "-o", str(tmp_path / f"o_{src.name}"), "--min-face", "12", "--no-progress")
+        err = proc.stderr.decode()
+        assert proc.returncode == 0, err
+        assert ("faces are looked for from 24 px, not from --min-face 12" in err) == warned, err
