@@ -18,9 +18,10 @@ from .registry import BACKENDS, METHODS
 from .console import setup_logging
 from .redact import redact
 from .run.options import RECOVER_OPTIONS, pipeline_config
-from .types import OutputClosed, StreamdeidError
+from .types import OutputClosed, StreamdeidError, UsageError
 
 EXIT_ERROR = 1
+EXIT_USAGE = 2  # as click's own usage errors
 EXIT_INTERRUPTED = 130
 EXIT_PIPE_CLOSED = 141  # 128 + SIGPIPE: what a shell reports for a tool killed by a closed pipe
 
@@ -47,7 +48,7 @@ class _Group(click.Group):
             ctx.exit(EXIT_PIPE_CLOSED)
         except StreamdeidError as exc:
             click.echo(f"streamdeid: error: {redact(str(exc))}", err=True)
-            ctx.exit(EXIT_ERROR)
+            ctx.exit(EXIT_USAGE if isinstance(exc, UsageError) else EXIT_ERROR)
         except KeyboardInterrupt:
             click.echo("streamdeid: interrupted", err=True)
             ctx.exit(EXIT_INTERRUPTED)
@@ -146,13 +147,16 @@ def run(input: str, **options) -> None:
       streamdeid run rtsp://cam/stream -o - | ffplay -
     """
     from .run import run_options
+    from .run.options import LIVE_OPTIONS
     from .run.outcome import FAILED
 
-    opts = run_options(options)
+    ctx = click.get_current_context()
+    given = [n for n in LIVE_OPTIONS if ctx.get_parameter_source(n) == click.core.ParameterSource.COMMANDLINE]
+    opts = run_options({**options, "live_given": given})
     report = options["report"]
     if opts.is_live(input):
         if report is not None or opts.skip_existing:
-            raise StreamdeidError("--report and --skip-existing are for files and folders, not live feeds")
+            raise UsageError("--report and --skip-existing are for files and folders, not live feeds")
         _run_live(input, options["output"], opts)
         return
     result = _anonymize_reporting(input, options["output"], opts, report)

@@ -20,6 +20,10 @@ class StreamdeidError(Exception):
     """An error with a one-line message meant for the user (no traceback)."""
 
 
+class UsageError(StreamdeidError):
+    """Options that do not go together, or do not fit the input (exit code 2, as click's own usage errors)."""
+
+
 class OutputClosed(StreamdeidError):
     """The reader of the output pipe (``-o -``) hung up: the run stops, as Unix tools do on EPIPE."""
 

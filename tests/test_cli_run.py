@@ -936,3 +936,25 @@ def test_a_4k_video_says_at_the_start_that_it_looks_for_larger_faces_than_min_fa
         err = proc.stderr.decode()
         assert proc.returncode == 0, err
         assert ("faces are looked for from 24 px, not from --min-face 12" in err) == warned, err
+
+
+def test_live_only_options_on_a_file_and_clashing_options_are_usage_errors(tmp_path: Path, media: Path) -> None:
+    """A live feed's options given for a file were accepted and ignored (--stats-json wrote nothing,
+    --stdout-format matroska gave MPEG-TS); --segment-time alone was refused. Each is refused now, before any
+    output, and options that do not go together exit 2 as a usage error, as the README says (new-user review)."""
+    src = make_video(tmp_path / "in.mp4", face_frames(media, 2))
+    out = tmp_path / "out.mp4"
+    for flags in (("--stats-json", str(tmp_path / "s.json")), ("--max-latency", "2"), ("--max-retries", "3"),
+                  ("--rtsp-transport", "tcp"), ("--read-timeout", "9"), ("--segment-time", "5")):
+        proc = run_cli("run", str(src), "-o", str(out), *flags, "--no-progress")
+        err = proc.stderr.decode()
+        assert proc.returncode == 2 and f"{flags[0]}" in err and "INPUT is a file" in err, err
+        assert not out.exists() and not (tmp_path / "s.json").exists()
+    proc = run_cli("run", str(src), "-o", "-", "--stdout-format", "matroska", "--no-progress")
+    assert proc.returncode == 2 and b"--stdout-format: for a live feed" in proc.stderr, proc.stderr
+    photo = str(media / "obama-240p.jpg")
+    proc = run_cli("run", str(src), "-o", str(out), "--keep", photo, "--only", photo, "--no-progress")
+    assert proc.returncode == 2 and b"exclude each other" in proc.stderr, proc.stderr
+    # the defaults still run
+    proc = run_cli("run", str(src), "-o", str(out), "--no-progress")
+    assert proc.returncode == 0, proc.stderr.decode()

@@ -18,7 +18,7 @@ import click
 
 from ..config import AnonymizeConfig, PipelineConfig
 from ..live.config import LiveConfig
-from ..types import StreamdeidError
+from ..types import StreamdeidError, UsageError
 
 #: ``streamdeid run`` option -> PipelineConfig field ("section.field")
 RUN_OPTIONS = {
@@ -85,6 +85,7 @@ class RunOptions:
     force_live: bool = False  # treat any input as live (a live pipe on stdin); URLs and devices always are
     edits: str | None = None  # --edits: a reviewer's corrections to one video's run (docs/edits.md)
     report: str | None = None  # --report: written by the CLI, checked with the run's other outputs (Runner)
+    live_given: tuple[str, ...] = ()  # the live feed's options given on the command line (refused for a file)
 
     def is_live(self, src: str) -> bool:
         """A live feed: a URL or a capture device, or any input with ``force_live`` (a live pipe on stdin)."""
@@ -103,7 +104,7 @@ def run_options(options: dict[str, Any]) -> RunOptions:
                       vault=not options.get("no_vault"), store_crops=not options.get("no_crops"),
                       skip_existing=bool(options.get("skip_existing")), live=live_config(options),
                       force_live=bool(options.get("force_live")), edits=options.get("edits"),
-                      report=options.get("report"))
+                      report=options.get("report"), live_given=tuple(options.get("live_given") or ()))
 
 
 def batch_options(options: dict[str, Any]) -> RunOptions:
@@ -134,7 +135,7 @@ def apply_selection(config: PipelineConfig, options: dict[str, Any]) -> None:
     """--keep / --only (one or the other) onto ``config.select``."""
     keep, only = tuple(options.get("keep") or ()), tuple(options.get("only") or ())
     if keep and only:
-        raise StreamdeidError("--keep and --only exclude each other: keep some people visible, or anonymize only some")
+        raise UsageError("--keep and --only exclude each other: keep some people visible, or anonymize only some")
     if keep or only:
         config.select.mode = "keep" if keep else "only"
         config.select.references = list(keep or only)

@@ -22,7 +22,7 @@ from ..keys import RunKeys, run_keys
 from ..pipeline import build_renderer
 from ..render import FrameRenderer
 from ..summary import RunSummary
-from ..types import StreamdeidError
+from ..types import StreamdeidError, UsageError
 from ..vault import source_fingerprint, vault_path_for
 from ..video.images import is_image, list_media, say_unread, unread_files
 from ..video.inputs import STREAM_SCHEMES
@@ -97,14 +97,17 @@ class Runner:
             _refuse_edits(src, o)
         if o.is_live(src):
             if o.skip_existing:
-                raise StreamdeidError("--skip-existing resumes a folder run, not a live feed")
+                raise UsageError("--skip-existing resumes a folder run, not a live feed")
             self.refuse_clobbering(src)
             return self._live(src, dst)
         if o.skip_existing and (src == "-" or not Path(src).is_dir()):
-            raise StreamdeidError("--skip-existing resumes a folder run; INPUT is not a folder")
+            raise UsageError("--skip-existing resumes a folder run; INPUT is not a folder")
         if o.live.segment_time is not None:
-            raise StreamdeidError("--segment-time rotates the recording of a live feed; INPUT is a file "
-                                  "(--live reads a pipe on stdin as one)")
+            raise UsageError("--segment-time rotates the recording of a live feed; INPUT is a file "
+                             "(--live reads a pipe on stdin as one)")
+        if o.live_given:  # accepted and then ignored, they would say the run did what it did not
+            names = ", ".join("--" + n.replace("_", "-") for n in o.live_given)
+            raise UsageError(f"{names}: for a live feed; INPUT is a file (--live reads a pipe on stdin as one)")
         if src == "-":
             if dst is None:
                 raise StreamdeidError("reading from stdin (-) needs an output path: -o OUTPUT")
