@@ -153,6 +153,7 @@ def run(input: str, **options) -> None:
     ctx = click.get_current_context()
     given = [n for n in LIVE_OPTIONS if ctx.get_parameter_source(n) == click.core.ParameterSource.COMMANDLINE]
     opts = run_options({**options, "live_given": given})
+    _warn_no_vault(ctx, opts, options["output"])
     report = options["report"]
     if opts.is_live(input):
         if report is not None or opts.skip_existing:
@@ -172,6 +173,20 @@ def run(input: str, **options) -> None:
         sys.exit(EXIT_INTERRUPTED)
     if any(f.status == FAILED for f in result.files):
         sys.exit(EXIT_ERROR)
+
+
+def _warn_no_vault(ctx: click.Context, opts, output: str | None) -> None:
+    """Say before the run, not after it, that options asking for a vault will get none."""
+    from .video.stream_writer import is_stream_output
+
+    log = logging.getLogger("streamdeid")
+    if opts.key_file is not None and opts.vault and output is not None and is_stream_output(output):
+        log.warning("a stream output (%s) gets no recovery vault: this output will be irreversible whatever "
+                    "--key-file says (write a file to keep one)", redact(output))
+    quality_given = ctx.get_parameter_source("vault_quality") == click.core.ParameterSource.COMMANDLINE
+    if quality_given and (opts.key_file is None or not opts.vault):
+        log.warning("--vault-quality sets how a recovery vault stores faces, and this run writes none (%s)",
+                    "--no-vault" if opts.key_file is not None else "no --key-file")
 
 
 def _anonymize_reporting(input: str, output: str | None, opts, report: str | None):

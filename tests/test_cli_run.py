@@ -958,3 +958,20 @@ def test_live_only_options_on_a_file_and_clashing_options_are_usage_errors(tmp_p
     # the defaults still run
     proc = run_cli("run", str(src), "-o", str(out), "--no-progress")
     assert proc.returncode == 0, proc.stderr.decode()
+
+
+def test_options_that_ask_for_a_vault_the_run_cannot_write_are_warned_before_it(tmp_path: Path, media: Path) -> None:
+    """--key-file with -o - and --vault-quality without a key file gave no vault, said only after the whole
+    stream was written, or not at all (new-user review). Both are warned before the first frame."""
+    src = make_video(tmp_path / "in.mp4", face_frames(media, 2))
+    key = tmp_path / "k.key"
+    assert run_cli("keygen", str(key)).returncode == 0
+    proc = run_cli("run", str(src), "-o", "-", "--key-file", str(key), "--no-progress")
+    err = proc.stderr.decode()
+    assert proc.returncode == 0 and len(proc.stdout) > 0, err
+    assert err.index("WARNING: a stream output (-) gets no recovery vault") < err.index(" frames, "), err
+    proc = run_cli("run", str(src), "-o", str(tmp_path / "o.mp4"), "--vault-quality", "lossless", "--no-progress")
+    assert proc.returncode == 0 and b"--vault-quality sets how a recovery vault" in proc.stderr, proc.stderr
+    proc = run_cli("run", str(src), "-o", str(tmp_path / "o2.mp4"), "--vault-quality", "lossless", "--key-file",
+                   str(key), "--no-progress")
+    assert proc.returncode == 0 and b"WARNING" not in proc.stderr and (tmp_path / "o2.mp4.sdv").exists(), proc.stderr
