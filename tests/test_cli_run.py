@@ -148,6 +148,17 @@ def test_a_keyless_overwrite_removes_the_replaced_outputs_vault(tmp_path: Path, 
     proc = run_cli("run", str(src), "-o", str(out), "--no-progress", "--overwrite")
     assert proc.returncode == 0 and "removed" in _err_line(proc) and not vault.exists(), _err_line(proc)
     assert out.read_bytes() != before[0]
+    # another video's vault put there (a copy): kept and said, with --overwrite or without (it was removed as
+    # "the vault of the output this run replaced"; new-user review)
+    vault.write_bytes(before[1])
+    for flags in ((), ("--overwrite",)):
+        target = out if flags else tmp_path / "fresh.mp4"
+        if not flags:
+            (tmp_path / "fresh.mp4.sdv").write_bytes(before[1])
+        proc = run_cli("run", str(src), "-o", str(target), "--no-progress", *flags)
+        err = proc.stderr.decode()
+        assert proc.returncode == 0 and "is not this output's vault" in err and "removed" not in err, err
+        assert Path(str(target) + ".sdv").read_bytes() == before[1]
 
 
 def test_what_a_run_that_did_not_finish_left_is_kept_until_asked(tmp_path: Path, media: Path) -> None:

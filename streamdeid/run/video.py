@@ -29,6 +29,7 @@ from .recording import VaultRecorder, open_vault_writer, pipeline_meta, vault_qu
 from ..video.reader import open_source
 from ..video.stream_writer import StreamWriter
 from ..video.writer import VideoWriter
+from .outcome import output_video_id, vault_video_id
 from .result import RunResult, track_observers
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,7 @@ def run_video(src: str, out: Path | str, config: PipelineConfig, renderer: Frame
     if vault_path is not None and vault_path.exists() and not config.output.overwrite:
         raise StreamdeidError(f"{vault_path} exists; pass --overwrite to replace it")
     replacing = isinstance(out, Path) and out.is_file()  # with --overwrite (the writer refuses it otherwise)
+    replaced_id = output_video_id(out) if replacing else None
     reversible = reversible_method(renderer.anonymizer)
     if vault_path is not None and not store_crops and reversible is None:
         raise StreamdeidError(f"--no-crops stores no face pixels, so only a reversible anonymizer (dbaf) can be "
@@ -83,16 +85,24 @@ def run_video(src: str, out: Path | str, config: PipelineConfig, renderer: Frame
             if not summary.interrupted:
                 writer.close(success=ok)
             vault_path = _finish_vault(vault_writer, writing, vault_path, ok, summary.interrupted, out)
-    if ok and replacing and vault_path is None and not summary.interrupted:
-        _drop_replaced_vault(out)
+    if ok and isinstance(out, Path) and vault_path is None and not summary.interrupted:
+        _settle_old_vault(out, replaced_id)
     return RunResult(out, summary, vault_path)
 
 
-def _drop_replaced_vault(out: Path) -> None:
-    """A run that writes no vault replaced ``out`` (--overwrite): a vault beside it is the replaced output's,
-    which no longer exists, and would only make ``recover`` fail on the new one. Removed once the new output is
-    in place (a failed run leaves the old output and its vault as they were)."""
-    _drop_stale_vault(vault_path_for(out), "the output this run replaced (this output has none)")
+def _settle_old_vault(out: Path, replaced_id: str | None) -> None:
+    """A run that wrote ``out`` and no vault, and a vault beside it. The replaced output's (--overwrite; its
+    video id ``replaced_id``) belongs to an output that no longer exists and would only make ``recover`` fail
+    on the new one: removed, once the new output is in place (a failed run leaves both as they were). Any
+    other vault is another video's, the only way back to that video's faces: kept, and said (it was removed
+    as the replaced output's)."""
+    beside = vault_path_for(out)
+    if not beside.is_file():
+        return
+    if replaced_id is not None and vault_video_id(beside) == replaced_id:
+        _drop_stale_vault(beside, "the output this run replaced (this output has none)")
+    else:
+        log.warning("%s is not this output's vault (another video's, or unreadable): left as it was", beside)
 
 
 def _drop_stale_vault(stale: Path, whose: str) -> None:
