@@ -319,6 +319,8 @@ def keygen(key_file: str) -> None:
     """Create a new master key file (32 random bytes, mode 0600; never overwrites)."""
     from .keys import generate_master_key
 
+    if key_file == "-":  # a key on a terminal or in a pipe would end up in scrollback and logs
+        raise UsageError("keygen writes the key to a file, not to stdout: give a path (such as owner.key)")
     key = generate_master_key(key_file)
     click.echo(f"streamdeid: wrote master key {key_file} (id {key.key_id}); keep it safe", err=True)
 

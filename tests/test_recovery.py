@@ -172,6 +172,12 @@ def test_keygen_mode_no_overwrite_no_key_printed(tmp_path):
     cli("keygen", other, check_ok=True)
     assert load_key(other).key_bytes != secret
 
+    # "-" is no file name here: it wrote a key file literally named "-" (new-user review)
+    dash = subprocess.run([sys.executable, "-m", "streamdeid.cli", "keygen", "-"], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path)
+    assert dash.returncode == 2 and "not to stdout" in dash.stderr and not (tmp_path / "-").exists(), dash.stderr
+    assert dash.stdout == ""
+
 
 # --------------------------------------------------------------------------- round trips
 

@@ -210,3 +210,20 @@ def test_an_animated_png_or_webp_is_refused_not_cut_to_its_first_frame(tmp_path)
                        "--no-progress")
         assert proc.returncode == 0, proc.stderr.decode()
         assert np.asarray(Image.open(tmp_path / f"still_out.{ext}")).shape == np.asarray(frames[0]).shape
+
+
+def test_a_photo_s_transparency_dropped_is_said(tmp_path) -> None:
+    """An RGBA PNG or WebP comes out opaque (photos are written as BGR): said in a warning, not silently
+    (new-user review). An opaque PNG gets no such line."""
+    from conftest import MEDIA, run_cli
+    from PIL import Image
+
+    face = Image.open(MEDIA / "obama-240p.jpg").convert("RGBA")
+    face.putalpha(Image.new("L", face.size, 128))
+    for ext, image in (("png", face), ("webp", face), ("opaque.png", face.convert("RGB"))):
+        src = tmp_path / f"in.{ext}"
+        image.save(src, **({"lossless": True} if ext == "webp" else {}))
+        proc = run_cli("run", str(src), "-o", str(tmp_path / f"out.{ext}"), "--anonymizer", "solid", "--no-progress")
+        err = proc.stderr.decode()
+        assert proc.returncode == 0, err
+        assert ("its transparency is dropped" in err) == (ext != "opaque.png"), err

@@ -103,7 +103,23 @@ def decode_image(data: bytes, name: str | os.PathLike[str]) -> np.ndarray:
     image = cv2.imdecode(buf, cv2.IMREAD_COLOR) if data else None  # (empty: cv2 asserts)
     if image is None:
         raise StreamdeidError(f"{name}: not a readable image")
+    if has_alpha(data):
+        log.warning("%s: its transparency is dropped; the output is opaque (transparent pixels show the colour "
+                    "stored under them)", Path(str(name)).name)
     return image
+
+
+def has_alpha(data: bytes) -> bool:
+    """Whether a PNG (colour type 4 or 6: grey or RGB with alpha) or a WebP (its VP8X header's alpha flag, or
+    a lossless VP8L header's alpha bit, bit 28 after its signature byte) has a transparency channel, read
+    from the header alone."""
+    if data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR" and len(data) > 25:
+        return data[25] in (4, 6)
+    if data[:4] != b"RIFF" or data[8:12] != b"WEBP" or len(data) < 25:
+        return False
+    if data[12:16] == b"VP8X":
+        return bool(data[20] & 0x10)
+    return data[12:16] == b"VP8L" and data[20] == 0x2F and bool(int.from_bytes(data[21:25], "little") >> 28 & 1)
 
 
 def animation_frames(data: bytes) -> int:
