@@ -423,3 +423,23 @@ def test_a_mirrored_frame_comes_contiguous() -> None:
         shown = Orientation(turns, True).upright(image)
         assert shown.flags["C_CONTIGUOUS"], turns
         assert np.array_equal(shown, np.rot90(image[:, ::-1], turns))
+
+
+def test_a_named_pipe_as_input_says_to_use_stdin(tmp_path) -> None:
+    """A named pipe (or bash's <(cmd), a /dev/fd pipe) was reported as an empty file (new-user review): it has
+    no size. It is named for what it is, with the command that reads it."""
+    import os
+    import threading
+
+    from conftest import run_cli
+
+    fifo = tmp_path / "feed"
+    os.mkfifo(fifo)
+    # the run only stats the pipe; a writer is opened so that nothing could block on it either way
+    opened = threading.Thread(target=lambda: open(fifo, "wb").close(), daemon=True)
+    opened.start()
+    proc = run_cli("run", str(fifo), "-o", str(tmp_path / "o.mp4"), "--no-progress")
+    err = proc.stderr.decode()
+    assert proc.returncode == 1 and "is a pipe, not a file" in err and "streamdeid run - -o" in err, err
+    if opened.is_alive():  # release the writer thread
+        open(fifo, "rb").close()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import sys
 from pathlib import Path
 
@@ -83,6 +84,9 @@ def open_container(
         raise StreamdeidError(f"input is a directory, not a video: {path}")
     if not os.access(path, os.R_OK):
         raise StreamdeidError(f"input file is not readable (permissions): {path}")
+    if stat.S_ISFIFO(path.stat().st_mode):  # a named pipe or <(cmd): no size, no seeking, no name to derive
+        raise StreamdeidError(f"input {path} is a pipe, not a file: pipe it into stdin instead "
+                              f"(... | streamdeid run - -o OUTPUT)")
     if path.stat().st_size == 0:
         raise StreamdeidError(f"input file is empty: {path}")
     return av.open(str(path), mode="r", format=format, **kwargs), str(path), False
