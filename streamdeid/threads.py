@@ -147,4 +147,8 @@ class ThreadedSink(BackgroundQueue):
     def _reraise(self, err: BaseException) -> None:
         if isinstance(err, (StreamdeidError, OutputClosed)):
             raise err
+        if "avcodec_open2" in str(err):  # the encoder refused its settings: say which, not FFmpeg's call
+            raise StreamdeidError(f"the video encoder refused these settings "
+                                  f"({getattr(err, 'strerror', None) or err}); try another --codec or "
+                                  "output extension") from err
         raise StreamdeidError(f"encoding failed: {err}") from err

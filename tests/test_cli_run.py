@@ -986,3 +986,17 @@ def test_options_that_ask_for_a_vault_the_run_cannot_write_are_warned_before_it(
     proc = run_cli("run", str(src), "-o", str(tmp_path / "o2.mp4"), "--vault-quality", "lossless", "--key-file",
                    str(key), "--no-progress")
     assert proc.returncode == 0 and b"WARNING" not in proc.stderr and (tmp_path / "o2.mp4.sdv").exists(), proc.stderr
+
+
+def test_encoder_settings_ffmpeg_refuses_are_said_in_words(tmp_path: Path, media: Path) -> None:
+    """--preset bogus and --codec mjpeg printed FFmpeg's own call (`avcodec_open2("libx264", {...})
+    returned 22`; new-user review). The preset is checked against x264's list; an encoder that refuses its
+    settings is named as such. Neither leaves an output."""
+    src = make_video(tmp_path / "in.mp4", face_frames(media, 2))
+    proc = run_cli("run", str(src), "-o", str(tmp_path / "o.mp4"), "--preset", "bogus", "--no-progress")
+    err = proc.stderr.decode()
+    assert proc.returncode == 1 and "--preset bogus: libx264 takes ultrafast" in err and "avcodec" not in err, err
+    proc = run_cli("run", str(src), "-o", str(tmp_path / "o.avi"), "--codec", "mjpeg", "--no-progress")
+    err = proc.stderr.decode()
+    assert proc.returncode == 1 and "avcodec_open2" not in err and "Traceback" not in err, err
+    assert not list(tmp_path.glob("o.*"))

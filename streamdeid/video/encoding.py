@@ -33,6 +33,10 @@ log = logging.getLogger(__name__)
 
 RGB_PIX_FMTS = frozenset({"bgr0", "bgr24", "rgb24"})
 X264_LIKE = frozenset({"libx264", "libx264rgb", "libx265"})
+# The presets x264 and x265 both take (--preset); anything else made FFmpeg fail to open the encoder with
+# "Invalid argument" once the run had started.
+X264_PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow",
+                "placebo")
 # Muxer options: fragmented MP4/MOV so a killed process leaves a playable file;
 # a fragment starts at each keyframe and at least once per second.
 # ``delay_moov`` postpones the (sample-less) moov to the first fragment so it
@@ -141,6 +145,8 @@ def _subsampled(pix_fmt: str) -> bool:
 
 def _codec_options(codec: str, config: OutputConfig) -> dict[str, str]:
     if codec in X264_LIKE:
+        if config.preset not in X264_PRESETS:
+            raise StreamdeidError(f"--preset {config.preset}: {codec} takes {', '.join(X264_PRESETS)}")
         options = {"preset": config.preset}
         if config.crf == 0 and codec != "libx265":
             options["qp"] = "0"  # explicit: crf 0 alone is not lossless for 10-bit
