@@ -1000,3 +1000,17 @@ def test_encoder_settings_ffmpeg_refuses_are_said_in_words(tmp_path: Path, media
     err = proc.stderr.decode()
     assert proc.returncode == 1 and "avcodec_open2" not in err and "Traceback" not in err, err
     assert not list(tmp_path.glob("o.*"))
+
+
+def test_a_folder_of_photos_shows_its_progress(tmp_path: Path, media: Path) -> None:
+    """Videos have a bar each; a folder of photos was silent until its summary (11 s for one crowd photo;
+    new-user review). It has a bar over its photos now, and none with --no-progress."""
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    for name in ("a.jpg", "b.jpg", "c.jpg"):
+        (folder / name).write_bytes((media / "obama-240p.jpg").read_bytes())
+    proc = run_cli("run", str(folder), "-o", str(tmp_path / "out"), "--anonymizer", "solid")
+    err = proc.stderr.decode()
+    assert proc.returncode == 0 and "3/3" in err and "photo" in err, err
+    proc = run_cli("run", str(folder), "-o", str(tmp_path / "out2"), "--anonymizer", "solid", "--no-progress")
+    assert proc.returncode == 0 and b"3/3" not in proc.stderr, proc.stderr

@@ -17,6 +17,8 @@ import logging
 import os
 from pathlib import Path
 
+from tqdm import tqdm
+
 from ..files import refuse_clobbering, refuse_same_file
 from ..keys import RunKeys, run_keys
 from ..pipeline import build_renderer
@@ -246,6 +248,11 @@ class Runner:
             raise StreamdeidError(f"cannot create the output folder {out}: {exc.strerror or exc}") from None
         total = RunSummary()
         outcomes: list[FileOutcome] = []
+        # videos have a bar each (run/video.py); photos one over the folder's photos, or a folder of them
+        # is silent for as long as they take (an 11 s crowd photo)
+        photos = sum(is_image(f) for f in files)
+        bar = tqdm(total=photos, unit="photo", desc=src.name, disable=not self.config.progress or photos < 2,
+                   dynamic_ncols=True)
         for f in files:
             try:
                 done, summary = self.file(f, out / f.name)
@@ -253,11 +260,13 @@ class Runner:
                 done, summary = outcome(f, out / f.name, None, FAILED, error="interrupted"), RunSummary()
                 summary.interrupted = True
             outcomes.append(done)
+            bar.update(is_image(f))
             if summary is not None:
                 total.add(summary)
                 if summary.interrupted:
                     total.interrupted = True
                     break
+        bar.close()
         return RunResult(out, total, files=outcomes)
 
     def _made_from(self, src: Path, vault: Path | None) -> bool:
