@@ -24,6 +24,28 @@ EXIT_ERROR = 1
 EXIT_USAGE = 2  # as click's own usage errors
 EXIT_INTERRUPTED = 130
 EXIT_PIPE_CLOSED = 141  # 128 + SIGPIPE: what a shell reports for a tool killed by a closed pipe
+EXIT_TERMINATED = 143  # 128 + SIGTERM
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill``, a service manager stopping the run) during a file run: it ends as Ctrl-C ends it
+    (the partial output finished and kept, said in one line), with SIGTERM's exit code. It ended the process
+    at once, silently, and left the progress bar's line unfinished."""
+
+
+_TERMINATED: list[bool] = []  # set by the handler: the run's interruption was a SIGTERM
+
+
+def _end_on_sigterm() -> None:
+    import signal
+    import threading
+
+    def handler(_signum, _frame) -> None:
+        _TERMINATED.append(True)
+        raise _Terminated()
+
+    if threading.current_thread() is threading.main_thread():  # (the only thread that may set one)
+        signal.signal(signal.SIGTERM, handler)
 
 
 def _silence_stdout() -> None:
@@ -50,8 +72,8 @@ class _Group(click.Group):
             click.echo(f"streamdeid: error: {redact(str(exc))}", err=True)
             ctx.exit(EXIT_USAGE if isinstance(exc, UsageError) else EXIT_ERROR)
         except KeyboardInterrupt:
-            click.echo("streamdeid: interrupted", err=True)
-            ctx.exit(EXIT_INTERRUPTED)
+            click.echo("streamdeid: terminated" if _TERMINATED else "streamdeid: interrupted", err=True)
+            ctx.exit(EXIT_TERMINATED if _TERMINATED else EXIT_INTERRUPTED)
         except (click.exceptions.Exit, click.ClickException, SystemExit):
             raise
         except OSError as exc:  # the filesystem said no (read-only, full, a name too long): not a bug of ours
@@ -154,6 +176,8 @@ def run(input: str, **options) -> None:
     given = [n for n in LIVE_OPTIONS if ctx.get_parameter_source(n) == click.core.ParameterSource.COMMANDLINE]
     opts = run_options({**options, "live_given": given})
     _warn_no_vault(ctx, opts, options["output"])
+    if not opts.is_live(input):  # a live feed stops on SIGTERM in live/runner.py
+        _end_on_sigterm()
     report = options["report"]
     if opts.is_live(input):
         if report is not None or opts.skip_existing:
@@ -170,7 +194,7 @@ def run(input: str, **options) -> None:
     if result.files:
         _echo_folder(result.files)
     if result.summary.interrupted:
-        sys.exit(EXIT_INTERRUPTED)
+        sys.exit(EXIT_TERMINATED if _TERMINATED else EXIT_INTERRUPTED)
     if any(f.status == FAILED for f in result.files):
         sys.exit(EXIT_ERROR)
 

@@ -691,13 +691,18 @@ def _stopped_midway(sig: int, *run_args: str) -> tuple[subprocess.Popen, bytes]:
     return proc, err
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL, signal.SIGTERM])
 def test_interrupt_leaves_playable_partial(tmp_path: Path, media: Path, sig: int) -> None:
+    """SIGTERM (``kill``, a service manager) ends the run as Ctrl-C does, said in one line, with exit 143; it
+    ended the process at once and silently (new-user review)."""
     out = tmp_path / "out.mp4"
     proc, err = _stopped_midway(sig, str(_long_input(tmp_path, media)), "-o", str(out))
     partial = tmp_path / "out.partial.mp4"
     assert proc.returncode != 0
     assert "Traceback" not in err.decode()
+    if sig != signal.SIGKILL:
+        assert proc.returncode == {signal.SIGINT: 130, signal.SIGTERM: 143}[sig], err.decode()
+        assert "interrupted: " in err.decode() and " frames written to " in err.decode(), err.decode()
     assert not out.exists()  # the final name only ever holds a complete output
     frames = decode(partial)
     assert 0 < len(frames) < LONG_FRAMES
