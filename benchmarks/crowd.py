@@ -73,7 +73,7 @@ from evaluation.recall import (  # noqa: E402
 if TYPE_CHECKING:
     from evaluation.pan import PanClip
 
-SUMMARY = re.compile(r"(\d+) frames, (\d+) faces, (\d+) tracks")
+SUMMARY = re.compile(r"(\d+) frames?, (\d+) faces?, (\d+) tracks?")
 
 
 def add_clip_args(ap: argparse.ArgumentParser) -> None:

@@ -43,7 +43,8 @@ class RunSummary:
         return self.frames / self.seconds if self.seconds > 0 else 0.0
 
     def line(self) -> str:
-        text = f"{self.frames} frames, {self.faces} faces, {self.tracks} tracks, {self.fps:.1f} fps"
+        text = f"{_count(self.frames, 'frame')}, {_count(self.faces, 'face')}, {_count(self.tracks, 'track')}, " \
+               f"{self.fps:.1f} fps"
         if self.smallest_face is not None:
             text += f", looked for faces from {self.smallest_face:.0f} px"
         if self.scans_skipped:
@@ -56,3 +57,7 @@ class RunSummary:
             text += f"; {self.selection}"
         return text
 
+
+def _count(n: int, noun: str) -> str:
+    """``1 frame``, ``2 frames``."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
