@@ -443,3 +443,22 @@ def test_a_named_pipe_as_input_says_to_use_stdin(tmp_path) -> None:
     assert proc.returncode == 1 and "is a pipe, not a file" in err and "streamdeid run - -o" in err, err
     if opened.is_alive():  # release the writer thread
         open(fifo, "rb").close()
+
+
+def test_libx265_output_is_quiet_and_crf_0_is_lossless_to_x265(tmp_path) -> None:
+    """--codec libx265 printed x265's 25 lines of settings on every run (new-user review); and its crf 0 is
+    not lossless (x265 wants lossless=1), though the run took it for lossless output (encoding.is_lossless)."""
+    import av
+
+    from conftest import run_cli
+    from streamdeid.config import OutputConfig
+    from streamdeid.video.encoding import choose_video_encoding
+
+    src = tmp_path / "in.mkv"
+    make_video(src, size=(96, 64), pts=[0, 1, 2])
+    proc = run_cli("run", str(src), "-o", str(tmp_path / "o.mkv"), "--codec", "libx265", "--no-progress")
+    assert proc.returncode == 0 and b"x265 [info]" not in proc.stderr, proc.stderr.decode()[-500:]
+    with av.open(str(tmp_path / "o.mkv")) as c:
+        assert c.streams.video[0].codec_context.name == "hevc"
+    enc = choose_video_encoding(OutputConfig(codec="libx265", crf=0), 96, 64, ".mkv")
+    assert "lossless=1" in enc.options["x265-params"] and "crf" not in enc.options

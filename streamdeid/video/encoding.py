@@ -148,7 +148,12 @@ def _codec_options(codec: str, config: OutputConfig) -> dict[str, str]:
         if config.preset not in X264_PRESETS:
             raise StreamdeidError(f"--preset {config.preset}: {codec} takes {', '.join(X264_PRESETS)}")
         options = {"preset": config.preset}
-        if config.crf == 0 and codec != "libx265":
+        if codec == "libx265":
+            # x265 prints its settings to stderr (25 lines) unless told not to; its crf 0 is not lossless
+            options["x265-params"] = "log-level=error" + (":lossless=1" if config.crf == 0 else "")
+            if config.crf != 0:
+                options["crf"] = str(config.crf)
+        elif config.crf == 0:
             options["qp"] = "0"  # explicit: crf 0 alone is not lossless for 10-bit
         else:
             options["crf"] = str(config.crf)
