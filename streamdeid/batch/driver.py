@@ -42,9 +42,11 @@ class BatchResult:
     def line(self) -> str:
         t = self.totals
         rate = f"{t['files_per_minute']:.1f} files/min, {t['frames_per_second']:.1f} frames/s"
+        earlier = sum(o.frames for o in self.outcomes if o.status == SKIPPED)  # figures of the runs that made them
+        of_them = f" ({earlier} of them from the skipped files' earlier runs)" if earlier else ""
         return (f"{len(self.outcomes)} files: {summary_line(self.outcomes)}"
-                f"{f' ({self.retried} retried)' if self.retried else ''}; {t['frames']} frames, {t['faces']} faces,"
-                f" {t['tracks']} tracks in {self.seconds:.1f} s ({rate}) on {self.pool}")
+                f"{f' ({self.retried} retried)' if self.retried else ''}; {t['frames']} frames{of_them}, "
+                f"{t['faces']} faces, {t['tracks']} tracks in {self.seconds:.1f} s ({rate}) on {self.pool}")
 
 
 def report_paths(out_dir: Path, report: str | None, shard_index: int | None, shard_count: int | None
