@@ -16,6 +16,7 @@ import numpy as np
 from .config import PipelineConfig, detect_cadence
 from .detect.closer import AGREE_IOU, CloserLook, GuessCheck, frame_scale_look
 from .detect.finder import MAX_SCAN_SIDE, ODD_SIZE_RATIO, FaceFinder, concat, holds_a_centre, merge, odd_boxes, typical_sizes
+from .detect.fields import seen_by_detector
 from .detect.turns import TurnWatch
 from .edits.apply import with_added
 from .render import FrameRenderer, PastedFace
@@ -106,6 +107,7 @@ class FaceStage:
         self._odd_look = frame_scale_look(self.finder) if config.track.look_at_odd else None
         self.odd_dropped = 0  # odd boxes no closer look found a face on (not tracked)
         self.smallest_face: float | None = None  # set on the first frame
+        self.min_face = config.detect.min_face  # asked for (--min-face): a frame size may allow less
         self.scan_gate = scan_gate
         self.scans_skipped = 0
         self._countdown = 0  # frames until the next scheduled detection
@@ -132,10 +134,10 @@ class FaceStage:
         if self.smallest_face is None:
             h, w = frame.image.shape[:2]
             self.smallest_face = self.finder.smallest_face(w, h)
-            if 0 < self.finder.cfg.min_face < self.smallest_face - 0.5:  # a weaker promise than asked (0: no scan)
+            if 0 < self.min_face < self.smallest_face - 0.5:  # a weaker promise than asked (0: no scan)
                 log.warning("%dx%d video: faces are looked for from %.0f px, not from --min-face %d (the small-face "
                             "scan stops at %d px); a face under that size may be left visible",
-                            w, h, self.smallest_face, self.finder.cfg.min_face, MAX_SCAN_SIDE)
+                            w, h, self.smallest_face, self.min_face, MAX_SCAN_SIDE)
         provisional = None
         blind_below = 0.0
         added = self.added.get(frame.index)
@@ -151,9 +153,10 @@ class FaceStage:
             # an off-schedule run looks at the active turns on a copy, so the schedule's runs see what
             # the reviewed run's saw (detect/turns.py)
             turns = self.turns if scheduled or self.turns is None else self.turns.copy()
-            dets = self.finder.find(frame.image, scan=scan, turns=turns, cut=cut)
+            seen = seen_by_detector(frame.image, frame.interlaced)  # one field of a combed frame
+            dets = self.finder.find(seen, scan=scan, turns=turns, cut=cut)
             if self._odd_look is not None and len(dets):
-                dets = self._without_odd(dets, frame.image)
+                dets = self._without_odd(dets, seen)
             forced = np.zeros(len(dets), bool)
             if added is not None:  # a reviewer's boxes: sure faces, never provisional (edits/apply.py)
                 dets, forced = with_added(dets, added)
@@ -164,7 +167,7 @@ class FaceStage:
             if self.defer_small and len(dets):
                 provisional = self._provisional(dets, scan, floor) & ~forced
                 if self._weak_look is not None:
-                    provisional = self._looked_at(provisional, dets, frame.image)
+                    provisional = self._looked_at(provisional, dets, seen)
             if scan:
                 self._since_scan = 0
             if scheduled:
@@ -172,7 +175,7 @@ class FaceStage:
             else:
                 self._countdown -= 1
         else:
-            dets = None
+            dets, seen = None, frame.image
             self._countdown -= 1
         self._since_scan += 1
         t1 = time.perf_counter()
@@ -185,7 +188,7 @@ class FaceStage:
         else:
             faces = self.tracker.update(dets, cut=cut, motion=motion, provisional=provisional,
                                         blind_below=blind_below, locate=self._locator(frame.image),
-                                        verify=self._verifier(frame.image), same_face=self._rejoiner(frame.image),
+                                        verify=self._verifier(seen), same_face=self._rejoiner(frame.image),
                                         frame_size=size)
         if self.templates is not None:
             self.templates.update(frame.image, faces)

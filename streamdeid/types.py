@@ -57,6 +57,7 @@ class Frame:
     # face pixels: the vault encodes those instead of ``image``, which re-converted would cost more bits.
     # None when not asked for, or when ``image`` is not exactly their conversion (see planes.planes_of).
     yuv: Yuv420 | None = field(default=None, repr=False)
+    interlaced: bool = False  # the decoder flagged it interlaced, two fields (detect/fields.py)
 
     def __post_init__(self) -> None:
         if self.image.ndim != 3 or self.image.shape[2] != 3 or self.image.dtype != np.uint8:

@@ -648,7 +648,7 @@ def test_skip_existing_never_takes_someone_elses_video_for_done_nor_replaces_it(
 def test_skip_existing_is_for_folders(tmp_path: Path, media: Path) -> None:
     src = make_video(tmp_path / "in.mp4", face_frames(media, 2))
     proc = run_cli("run", str(src), "--skip-existing", "--no-progress")
-    assert proc.returncode == 1 and "folder" in _err_line(proc)
+    assert proc.returncode == 2 and "folder" in _err_line(proc)  # a usage error (README)
 
 
 def test_stdin_stream(tmp_path: Path, media: Path) -> None:

@@ -370,7 +370,8 @@ class VideoSource:
         pts = vf.pts if vf.pts is not None else self._guess_pts(time_base)
         # the planes are as stored
         yuv = planes_of(vf) if self._keep_planes and self._orientation.is_identity and not resized else None
-        frame = Frame(index=self._index, image=image, pts=pts, time_base=time_base, yuv=yuv)
+        frame = Frame(index=self._index, image=image, pts=pts, time_base=time_base, yuv=yuv,
+                      interlaced=bool(vf.interlaced_frame) and self._orientation.is_identity)
         self._index += 1
         self._last_pts = pts
         self._last_seconds = float(pts * time_base)
