@@ -462,3 +462,21 @@ def test_libx265_output_is_quiet_and_crf_0_is_lossless_to_x265(tmp_path) -> None
         assert c.streams.video[0].codec_context.name == "hevc"
     enc = choose_video_encoding(OutputConfig(codec="libx265", crf=0), 96, 64, ".mkv")
     assert "lossless=1" in enc.options["x265-params"] and "crf" not in enc.options
+
+
+def test_an_rgb_tagged_source_writes_a_yuv_output(tmp_path) -> None:
+    """A VP9 file stored as gbrp (tagged colorspace RGB) failed at its first frame: the output copied the RGB
+    tag onto its YUV stream and libvpx refused every frame ("Invalid data"; red team round 5). Its YUV
+    output is left untagged now, and plays."""
+    from conftest import run_cli
+
+    src = tmp_path / "rgb.webm"
+    make_video(src, size=(96, 64), pts=[0, 1, 2, 3], codec="libvpx-vp9", pix_fmt="gbrp")
+    with av.open(str(src)) as c:
+        assert c.streams.video[0].codec_context.colorspace == 0  # RGB, as libvpx tags gbrp
+    out = tmp_path / "o.webm"
+    proc = run_cli("run", str(src), "-o", str(out), "--no-progress")
+    assert proc.returncode == 0, proc.stderr.decode()[-400:]
+    with av.open(str(out)) as c:
+        assert c.streams.video[0].codec_context.pix_fmt == "yuv420p"
+        assert sum(1 for _ in c.decode(video=0)) == 4

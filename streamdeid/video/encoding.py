@@ -183,10 +183,13 @@ def pick_audio_encoder(supported: set[str]) -> str | None:
 
 
 def tag_colors(stream: av.video.stream.VideoStream, color: ColorInfo) -> None:
-    """Tag a YUV output like its source, so the writer's BGR->YUV matrix (and players) match the reader's."""
+    """Tag a YUV output like its source, so the writer's BGR->YUV matrix (and players) match the reader's.
+    An RGB source (colorspace 0, as a gbrp VP9 or an RGB FFV1 file is tagged) has no YUV matrix to keep: the
+    output is left untagged and limited range (tagged RGB, libvpx refused every YUV frame, "Invalid data")."""
     ctx = stream.codec_context
-    ctx.color_range = 2 if color.color_range == 2 else 1  # keep full range, else limited
-    if color.colorspace != 2:
+    rgb = color.colorspace == 0
+    ctx.color_range = 2 if color.color_range == 2 and not rgb else 1  # keep full range, else limited
+    if color.colorspace not in (0, 2):
         ctx.colorspace = color.colorspace
     if color.color_primaries != 2:
         ctx.color_primaries = color.color_primaries
