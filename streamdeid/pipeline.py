@@ -15,6 +15,7 @@ and ``run`` works out the camera's motion and scene cuts on another, ahead of th
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterable, Iterator
 
@@ -49,6 +50,21 @@ def build_renderer(config: PipelineConfig, key_for_track: Callable[[int], bytes 
         anonymizer = create_anonymizer(config.anonymize)
     return FrameRenderer(anonymizer, align=config.align, blend=config.blend, anonymize=config.anonymize,
                          key_for_track=key_for_track, sure_score=config.track.high_score)
+
+
+def flag_last(items: Iterable[object]) -> Iterator[tuple[object, bool]]:
+    """Each item, and whether it is the input's last Frame: each Frame waits for the next one (other items,
+    audio packets, pass at once). The last frame gets a detector run (CameraStep.last)."""
+    held: Frame | None = None
+    for item in items:
+        if not isinstance(item, Frame):
+            yield item, False
+            continue
+        if held is not None:
+            yield held, False
+        held = item
+    if held is not None:
+        yield held, True
 
 
 class Pipeline:
@@ -152,14 +168,14 @@ class Pipeline:
         """Each item with its frame's camera motion and scene cut (``FaceStage.step``; None for a packet),
         timed as "camera". Run by ``run`` on a thread of its own: on two cores the main thread (detection
         and tracking) is the run's critical path, and this was 16% of it on hamilton (py-spy)."""
-        for item in items:
+        for item, last in flag_last(items):
             if not isinstance(item, Frame):
                 yield item, None
                 continue
             t0 = time.perf_counter()
             step = self.faces.step(item.image)
             self.summary.times.add("camera", time.perf_counter() - t0)
-            yield item, step
+            yield item, dataclasses.replace(step, last=True) if last else step
 
     def _take(self, result: FrameResult) -> None:
         result.sure_ahead = frozenset(self.faces.tracker.sure_ids())  # the detector has seen the look-ahead

@@ -57,6 +57,9 @@ class CameraStep:
 
     motion: np.ndarray | None  # [2, 3] affine, previous frame -> this one, in frame pixels (camera_motion.py)
     cut: bool  # the picture changed more than the camera's motion explains (scenecut.py)
+    # the input's last frame (Pipeline.run knows it a frame ahead): it gets a detector run, as no later run
+    # can back-fill it (a face shown on the last frame only, at an odd index, was left bare: red team round 5)
+    last: bool = False
 
 
 class FaceStage:
@@ -141,7 +144,7 @@ class FaceStage:
         provisional = None
         blind_below = 0.0
         added = self.added.get(frame.index)
-        scheduled = cut or self._countdown <= 0
+        scheduled = cut or self._countdown <= 0 or step.last
         if scheduled or added is not None:
             # a reviewer's added box gets a detector run on its frame: the fast pass, off the schedule, which it
             # leaves as it was, so the re-run's other runs fall on the reviewed run's frames (edits/apply.py);

@@ -15,6 +15,7 @@ A cover's box is the tracked box; the pasted region is that box grown by the mas
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -107,6 +108,7 @@ def track_source(source: str, config: PipelineConfig, progress: Callable[[int], 
     """Detection + tracking + back-fill on ``source`` in process: the run's tracks for these options."""
     from ..anonymizers import anonymizer_type, guard_every
     from ..lookahead import LookaheadBuffer
+    from ..pipeline import flag_last
     from ..stages import FaceStage
     from ..summary import StageTimes
     from ..video.reader import open_source
@@ -130,8 +132,9 @@ def track_source(source: str, config: PipelineConfig, progress: Callable[[int], 
         buffer = LookaheadBuffer(round(config.lookahead_seconds * fps), match_templates=config.track.match_templates)
         stage = FaceStage(config, fps, guarded=guarded, lookahead_frames=buffer.capacity)
         times = StageTimes()
-        for frame in src.frames():
-            for ready in buffer.push(stage(frame, times)):
+        for frame, last in flag_last(src.frames()):  # the last frame gets a detector run, as in the run
+            step = stage.step(frame.image)
+            for ready in buffer.push(stage(frame, times, step=dataclasses.replace(step, last=True) if last else step)):
                 take(ready)
         for ready in buffer.drain():
             take(ready)
