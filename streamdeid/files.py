@@ -85,8 +85,8 @@ def refuse_clobbering(reads: list[tuple[str, str | Path | None]], writes: list[t
 
 def is_report(path: Path) -> bool:
     """Whether ``path`` holds a report a run wrote (run/outcome.py write_report: a JSON object with "files"
-    and "totals"; a batch's CSV report): only such a file is rewritten without --overwrite. A --report pointed at a video by
-    mistake replaced it with 400 bytes of JSON."""
+    and "totals"; a batch's CSV report): only such a file is rewritten without --overwrite. A --report
+    pointed at a video by mistake replaced it with 400 bytes of JSON."""
     try:
         if path.stat().st_size > 64 * 2**20:
             return False

@@ -15,7 +15,8 @@ import numpy as np
 
 from .config import PipelineConfig, detect_cadence
 from .detect.closer import AGREE_IOU, CloserLook, GuessCheck, frame_scale_look
-from .detect.finder import MAX_SCAN_SIDE, ODD_SIZE_RATIO, FaceFinder, concat, holds_a_centre, merge, odd_boxes, typical_sizes
+from .detect.finder import (MAX_SCAN_SIDE, ODD_SIZE_RATIO, FaceFinder, concat, holds_a_centre, merge, odd_boxes,
+                            typical_sizes)
 from .detect.fields import seen_by_detector
 from .detect.turns import TurnWatch
 from .edits.apply import with_added

@@ -524,7 +524,8 @@ def test_an_added_box_off_the_schedule_moves_only_its_own_track():
         tracker.update(dets([face(50 + 3 * t, 100), face(300, 120)]))
     twin = copy.deepcopy(tracker)
     between = by_id(twin.update(None))  # the reviewed run: no detector run on this frame
-    added = Detections(np.array([face(400, 300)], np.float32), np.array([1.0]), np.full((1, 5, 2), np.nan, np.float32))
+    added = Detections(np.array([face(400, 300)], np.float32), np.array([1.0]),
+                       np.full((1, 5, 2), np.nan, np.float32))
     out = by_id(tracker.update_added(added))
     new = set(out) - set(between)
     assert len(new) == 1 and out[new.pop()].state == "detected"  # a new track, reported at once
@@ -533,7 +534,8 @@ def test_an_added_box_off_the_schedule_moves_only_its_own_track():
     # a box on a tracked face continues that track; the other track is still as between runs
     twin2 = copy.deepcopy(tracker)
     between = by_id(twin2.update(None))
-    on_first = Detections(np.array([between[1].box], np.float32), np.array([1.0]), np.full((1, 5, 2), np.nan, np.float32))
+    on_first = Detections(np.array([between[1].box], np.float32), np.array([1.0]),
+                          np.full((1, 5, 2), np.nan, np.float32))
     out = by_id(tracker.update_added(on_first))
     assert set(out) == set(between) and out[1].state == "detected"
     assert np.array_equal(out[2].box, between[2].box)

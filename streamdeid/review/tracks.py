@@ -134,7 +134,8 @@ def track_source(source: str, config: PipelineConfig, progress: Callable[[int], 
         times = StageTimes()
         for frame, last in flag_last(src.frames()):  # the last frame gets a detector run, as in the run
             step = stage.step(frame.image)
-            for ready in buffer.push(stage(frame, times, step=dataclasses.replace(step, last=True) if last else step)):
+            step = dataclasses.replace(step, last=True) if last else step
+            for ready in buffer.push(stage(frame, times, step=step)):
                 take(ready)
         for ready in buffer.drain():
             take(ready)
