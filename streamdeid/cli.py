@@ -176,14 +176,13 @@ def run(input: str, **options) -> None:
     given = [n for n in LIVE_OPTIONS if ctx.get_parameter_source(n) == click.core.ParameterSource.COMMANDLINE]
     opts = run_options({**options, "live_given": given})
     _warn_no_vault(ctx, opts, options["output"])
-    if not opts.is_live(input):  # a live feed stops on SIGTERM in live/runner.py
-        _end_on_sigterm()
     report = options["report"]
-    if opts.is_live(input):
+    if opts.is_live(input):  # (a live feed stops on SIGTERM in live/runner.py)
         if report is not None or opts.skip_existing:
             raise UsageError("--report and --skip-existing are for files and folders, not live feeds")
         _run_live(input, options["output"], opts)
         return
+    _end_on_sigterm()
     result = _anonymize_reporting(input, options["output"], opts, report)
     method = opts.config.anonymize.method
     # a push target may carry credentials (rtsp://user:secret@...)

@@ -247,20 +247,20 @@ class AnonymizeStage(_LossMixin, Trainer):
 
     def generate(self, G, x, keys: list[torch.Tensor], with_codes: bool = False):
         """G(x, P) for several keys at once -> (list of outputs, anonymized codes [n B, L, D]) and, with
-        ``with_codes``, x's own codes [B, L, D] and identity codes [B, L, D] too."""
+        ``with_codes``, x's own codes [B, L, D], identity codes [B, L, D] and encoder features too."""
         codes, feats = G.encode(x)
         attrs, idents = G.disentangle(codes)
         n = len(keys)
         c_hat = G.anonymize_codes(attrs.repeat(n, 1, 1), idents.repeat(n, 1, 1), torch.cat(keys))
         y = G.decode(c_hat, {r: f.repeat(n, 1, 1, 1) for r, f in feats.items()})
-        return (list(y.chunk(n)), c_hat, codes, idents) if with_codes else (list(y.chunk(n)), c_hat)
+        return (list(y.chunk(n)), c_hat, codes, idents, feats) if with_codes else (list(y.chunk(n)), c_hat)
 
     def train_step(self, x, step):
         w, lc = self.st.weights, self.cfg.losses
         b = x.shape[0]
         p1, p2, p3 = self.keys(b), self.keys(b), self.keys(b)
-        (a1, a2), c_hat, _, idents = self.generate(self.G, x, [p1, p2], with_codes=True)
-        (r, w1, w2), _, codes_a1, _ = self.generate(self.G, a1, [p1, p2, p3], with_codes=True)
+        (a1, a2), c_hat, codes, idents, feats = self.generate(self.G, x, [p1, p2], with_codes=True)
+        (r, w1, w2), _, codes_a1, _, _ = self.generate(self.G, a1, [p1, p2, p3], with_codes=True)
         ax = self.analyze(x, grad=False)
         aa1, aa2, ar, aw1, aw2 = (self.analyze(v) for v in (a1, a2, r, w1, w2))
         terms = {"l1": (torch.cat([a1, a2]) - x.repeat(2, 1, 1, 1)).abs().mean(), "reg": L.delta_reg(c_hat),
@@ -285,7 +285,7 @@ class AnonymizeStage(_LossMixin, Trainer):
             # x decoded from its own codes (no key): a decoder trained on the cycle alone forgets how to
             # draw a face's own codes (the 2026-11-27 lease: plain readback 0.43 -> 3.5 per row); weight
             # "recon", 0 in the presets, L1 + perceptual as in the reconstruct stage
-            own = self.G.decode(*self.G.encode(x))
+            own = self.G.decode(codes, feats)  # x's own codes, as generate read them
             terms["recon"] = (own - x).abs().mean() + self.perceptual(own, x, self.analyze(own), ax)
         terms["psnr_rec"] = (10 * torch.log10(4.0 / F.mse_loss(r.detach().clamp(-1, 1), x))).detach()
         if self.parse is not None:

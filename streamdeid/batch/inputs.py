@@ -58,7 +58,7 @@ def collect_tasks(sources: list[str], out_dir: str | Path, run_params: list[clic
                 raise StreamdeidError(f"{path} is listed twice")
             raise StreamdeidError(f"two inputs would write {out / rel}: {tasks[rel].input} and {path} "
                                   "(give them distinct names, or outputs in a CSV manifest)")
-        tasks[rel] = Task(str(path), str(out / rel), rel, opts, refused=_outside(out, rel) or _itself(path, out / rel))
+        tasks[rel] = Task(str(path), str(out / rel), rel, opts, refused=_outside(out, rel))
     if not tasks:
         raise StreamdeidError("no images or videos in " + ", ".join(sources))
     return [tasks[k] for k in sorted(tasks)]
@@ -70,14 +70,6 @@ def _outside(out: Path, rel: str) -> str:
     root, target = out.resolve(), (out / rel).resolve()
     if target == root or not target.is_relative_to(root):
         return f"refused: output {rel!r} is outside the output folder {out}"
-    return ""
-
-
-def _itself(src: Path, dst: Path) -> str:
-    """Why ``dst`` is refused when it is the input ``src`` itself (-o is the input folder): whatever
-    --overwrite says, the only copy of the source would be replaced. "" otherwise."""
-    if dst.resolve() == src.resolve():
-        return f"refused: the output would be the input itself ({src}); give an output folder that is not the input's"
     return ""
 
 

@@ -273,15 +273,15 @@ class FaceTracker:
         self._predict(motion)
         self._age()
         boxes = added.boxes
-        matched, left = self._associate(boxes, added.scores)
+        matched, _ = self._associate(boxes, added.scores)
         for ti in self._refused(matched, boxes, same_face):
             del matched[ti]
         self._correct(matched, added)
-        taken = set(matched.values())
+        unmatched = sorted(set(range(len(added))) - set(matched.values()))  # start tracks, reported at once
         new = [_Track(self._new_id(), self._kf, boxes[di], added.scores[di], added.landmarks[di], self.config, False)
-               for di in range(len(added)) if di not in taken]
+               for di in unmatched]
         det_of = {id(self._tracks[ti]): di for ti, di in matched.items()}
-        det_of.update({id(t): di for t, di in zip(new, (di for di in range(len(added)) if di not in taken))})
+        det_of.update({id(t): di for t, di in zip(new, unmatched)})
         self._tracks = [t for t in self._tracks if id(t) in det_of or self._kept(t)] + new
         out = []
         for t in self._tracks:
