@@ -322,8 +322,9 @@ class RenderStage:
         self.summary.times.add("paste", paste)
         for result, p in zip(results, pasted):
             self.summary.frames += 1
-            self.summary.faces += len(result.faces)
-            self.track_ids.update(f.track_id for f in result.faces)
+            # faces drawn, as the vault records them (a held face carried wholly out of view is not drawn)
+            self.summary.faces += len(p)
+            self.track_ids.update(pf.face.track_id for pf in p)
             for obs in self.observers:
                 obs(result, p)
         return pasted
