@@ -438,3 +438,21 @@ def test_an_added_box_keeps_the_reviewed_runs_detector_frames(media: Path, tmp_p
     reviewed = {(r["frame"], tuple(r["box"])) for r in logs[0]}
     new = [r for r in logs[1] if (r["frame"], tuple(r["box"])) not in reviewed]
     assert len({r["track"] for r in new}) == 1 and 45 in {r["frame"] for r in new}  # the added box's track
+
+
+def test_an_output_names_the_edits_it_was_rendered_with() -> None:
+    """The run tags its output with its video id and the digest of the edits it applied (the review's tracking
+    pass applies an edits file only when its digest is that one); the id reads back the same either way."""
+    from streamdeid.edits.format import Box, Edits, SourceInfo
+    from streamdeid.vault import read_edits_tag, read_video_id_tag, video_id_tag
+
+    vid = bytes(range(16))
+    source = SourceInfo("a.mp4", 10, 64, 48)
+    one = Edits(source, add=[Box(3, (1.0, 2.0, 30.0, 40.0))])
+    same = Edits(SourceInfo("b.mp4", 10, 64, 48), add=[Box(3, (1, 2, 30, 40))], output="elsewhere.mp4")
+    other = Edits(source, add=[Box(3, (1.0, 2.0, 30.0, 41.0))])
+    assert one.digest() == same.digest() != other.digest() and len(one.digest()) == 16
+    plain, edited = video_id_tag(vid), video_id_tag(vid, one.digest())
+    assert read_video_id_tag(plain) == read_video_id_tag(edited) == vid.hex()
+    assert read_edits_tag(plain) is None and read_edits_tag(edited) == one.digest()
+    assert read_edits_tag({"comment": "made with something else"}) is None

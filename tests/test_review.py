@@ -382,13 +382,46 @@ def test_tracks_without_an_audit_log(work, tmp_path) -> None:
     assert stale.audit_log is None and any("written by an earlier run" in line for line in said), said
     assert sorted(map(key, stale.tracks.covers)) == sorted(map(key, read_audit_log(tmp_path / "k.jsonl").covers))
     assert not any("does not apply" in line for line in said)
-    # with edits beside it (a re-render with --edits, no log): the pass shows the covers before them, and says so
+    # an edits file beside an output rendered without edits (saved by a review, not yet re-rendered): the pass
+    # shows the output's covers, which are those without them
     Path(f"{out}.edits.json").write_text(json.dumps(_edits_json(out)))
     said.clear()
     stale = Review(ReviewSettings(output=out, source=work["src"], config=config, scan=False), tmp_path, said.append)
     stale.prepare()
-    assert any("does not apply keyed.mp4.edits.json" in line for line in said), said
-    assert "does not apply" in dict(stale.state()["facts"])["tracks from"]
+    assert sorted(map(key, stale.tracks.covers)) == sorted(map(key, read_audit_log(tmp_path / "k.jsonl").covers))
+    assert not any("edits" in line for line in said), said
+    # re-rendered with edits (an added box, a removed track) and no log beside it: the pass applies the edits the
+    # output's tag names, and gives the covers the re-run's own log lists, the removed track's as "kept"
+    from streamdeid.edits import Edits, SourceInfo
+    from streamdeid.edits.format import Box
+
+    first = read_audit_log(tmp_path / "k.jsonl").covers
+    gone = first[len(first) // 2]
+    span = [c.frame for c in first if c.track == gone.track]
+    edits = Edits(SourceInfo(out.name, FRAMES, 640, 360), add=[Box(31, (560.0, 280.0, 610.0, 340.0))],
+                  remove=[Box(gone.frame, gone.box, (min(span), max(span)))])
+    Path(f"{out}.edits.json").write_text(json.dumps(edits.to_json()))
+    (tmp_path / "keyed.mp4.tracks.jsonl").unlink()
+    proc = run_cli("run", str(work["src"]), "-o", str(out), "--no-progress", "--threshold", THRESHOLD, "--overwrite",
+                   "--key-file", str(tmp_path / "k.key"), "--edits", f"{out}.edits.json",
+                   "--export-tracks", str(tmp_path / "edited.jsonl"))
+    assert proc.returncode == 0, proc.stderr.decode()
+    said.clear()
+    edited = Review(ReviewSettings(output=out, source=work["src"], config=config, scan=False), tmp_path, said.append)
+    edited.prepare()
+    drawn = read_audit_log(tmp_path / "edited.jsonl").covers
+    with_method = lambda c: (*key(c), c.method == "kept")  # noqa: E731
+    assert sorted(map(with_method, edited.tracks.covers)) == sorted(map(with_method, drawn))
+    assert any(c.method == "kept" and c.track == gone.track for c in drawn)  # the removal took
+    assert any(c.frame == 31 and c.box == (560.0, 280.0, 610.0, 340.0) for c in drawn)  # the add too
+    assert any("applies keyed.mp4.edits.json" in line for line in said), said
+    # the edits file changed since: the pass cannot apply what the output was rendered with, and says so
+    Path(f"{out}.edits.json").write_text(json.dumps(_edits_json(out)))
+    said.clear()
+    changed = Review(ReviewSettings(output=out, source=work["src"], config=config, scan=False), tmp_path, said.append)
+    changed.prepare()
+    assert any("does not hold now" in line for line in said), said
+    assert "does not hold now" in dict(changed.state()["facts"])["tracks from"]
 
 
 def _edits_json(out: Path) -> dict:

@@ -16,6 +16,7 @@ what is wrong in one line (``StreamdeidError``); ``check_source`` refuses edits 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -80,6 +81,12 @@ class Edits:
             "add": [_box_json(b) for b in self.add],
             "remove": [_box_json(b) for b in self.remove],
         }
+
+    def digest(self) -> str:
+        """16 hex digits that name these corrections (their boxes, not the file's layout): the run tags its output
+        with them (vault/naming.py), so a review knows which edits the output was rendered with."""
+        boxes = {"add": [_box_json(b) for b in self.add], "remove": [_box_json(b) for b in self.remove]}
+        return hashlib.sha256(json.dumps(boxes, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _box_json(b: Box) -> dict:

@@ -30,6 +30,7 @@ import cv2
 import numpy as np
 
 from ..config import PipelineConfig
+from ..edits.format import Edits, load_edits
 from ..threads import prefetch
 from ..files import refuse_clobbering
 from ..types import StreamdeidError
@@ -185,14 +186,10 @@ class Review:
         elif s.source is not None:
             self.echo(f"streamdeid: no audit log of this run beside {self.output.name}: tracking {s.source} again "
                       "(detection + tracking, the run's options as given)")
-            self.tracks = track_source(str(s.source), s.config)
+            edits, note = self._edits_rendered()
+            self.tracks = track_source(str(s.source), s.config, edits=edits)
             self.timings["tracking"] = self.tracks.seconds
-            if self.edits_path.is_file():
-                # the pass tracks as a run without edits: an output re-rendered with them drew other covers
-                note = (f"the tracking pass does not apply {self.edits_path.name}: if {self.output.name} was "
-                        "re-rendered with it, the covers shown are those before it (re-render with "
-                        "--export-tracks to review what it drew)")
-                self.echo(f"streamdeid: warning: {note}")
+            if note:
                 self.tracks.origin += f"; {note}"
         else:
             raise StreamdeidError(f"no tracks for {self.output}: give the run's audit log (--tracks X.jsonl, from "
@@ -201,6 +198,29 @@ class Review:
         if last >= self.facts.frames:
             raise StreamdeidError(f"the tracks reach frame {last} but {self.output} has {self.facts.frames} frames: "
                                   "tracks of another video?")
+
+    def _edits_rendered(self) -> tuple[Edits | None, str | None]:
+        """The edits the output was rendered with (its tag names their digest), from the edits file, for the
+        tracking pass to apply as the run did; None when the run applied none. When the file no longer holds
+        them (changed or gone since the re-run), the pass applies none, and the note says so for the page."""
+        digest = self.facts.edits
+        if digest is None:
+            return None, None
+        edits = None
+        if self.edits_path.is_file():
+            try:
+                edits = load_edits(self.edits_path)
+            except StreamdeidError:
+                edits = None
+        if edits is not None and edits.digest() == digest:
+            self.echo(f"streamdeid: the tracking pass applies {self.edits_path.name}, as the run that re-rendered "
+                      f"{self.output.name} did")
+            return edits, None
+        note = (f"{self.output.name} was rendered with edits that {self.edits_path.name} does not hold now (changed "
+                "or gone since): the covers shown are those without edits (re-render with --export-tracks to "
+                "review what it drew)")
+        self.echo(f"streamdeid: warning: {note}")
+        return None, note
 
     def _of_this_run(self, audit: Path) -> bool:
         """Read ``audit`` into ``self.tracks`` when it is the log of the run that wrote the output (both carry

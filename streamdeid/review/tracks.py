@@ -8,7 +8,8 @@
    (``track_source``: ``FaceStage`` and the look-ahead's back-fill, as ``Pipeline`` runs them). The run is
    deterministic, so with the run's detection options (review takes the same flags: --threshold,
    --detect-every, --detect-size, --min-face, --hold, --remember, --rejoin, --lookahead) these are the run's tracks;
-   what --keep/--only left visible is not replayed (their evidence is in the audit log).
+   what --keep/--only left visible is not replayed (their evidence is in the audit log). A run's --edits are
+   (``track_source(edits=...)``) when the output's tag names them (review/session.py).
 
 A cover's box is the tracked box; the pasted region is that box grown by the mask's margin and feather.
 """
@@ -25,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from ..config import PipelineConfig
+from ..edits import EditPlan, Edits, decide_removals
 from ..types import StreamdeidError
 
 # Looked for beside OUT (in this order) when --tracks is not given: OUT.tracks.jsonl, then STEM.tracks.jsonl,
@@ -104,8 +106,35 @@ def read_audit_log(path: Path) -> Tracks:
     return Tracks(covers, f"audit log {path}", decisions, video_id=video_id)
 
 
-def track_source(source: str, config: PipelineConfig, progress: Callable[[int], None] | None = None) -> Tracks:
-    """Detection + tracking + back-fill on ``source`` in process: the run's tracks for these options."""
+def track_source(source: str, config: PipelineConfig, progress: Callable[[int], None] | None = None,
+                 edits: Edits | None = None) -> Tracks:
+    """Detection + tracking + back-fill on ``source`` in process: the run's tracks for these options. ``edits``:
+    the reviewer's corrections the run applied (--edits), applied as the run applies them (edits/apply.py: a
+    first pass decides the removals when there are any; a removed track's faces are "kept", as its audit log
+    says)."""
+    t0 = time.perf_counter()
+    covers: list[Cover] = []
+
+    def take(result) -> None:
+        for face, method in [(f, "") for f in result.faces] + [(f, "kept") for f in result.kept]:
+            b = face.box
+            covers.append(Cover(result.frame.index, int(face.track_id),
+                                (round(float(b[0]), 1), round(float(b[1]), 1), round(float(b[2]), 1), round(float(b[3]), 1)),
+                                round(float(face.score), 4), face.state, method, matched=bool(face.matched)))
+        if progress is not None:
+            progress(result.frame.index)
+
+    plan = None
+    if edits is not None:
+        plan = decide_removals(edits, lambda first: _track(source, config, first, None))
+    _track(source, config, plan, take)
+    origin = f"tracking pass on {source}" + (" with the edits the output was rendered with" if edits else "")
+    return Tracks(covers, origin, seconds=time.perf_counter() - t0)
+
+
+def _track(source: str, config: PipelineConfig, plan: EditPlan | None, take: Callable | None) -> None:
+    """``source`` through ``FaceStage`` and the look-ahead as ``Pipeline`` runs them (nothing rendered): each frame
+    leaving the look-ahead to ``take`` (None: to none), after ``plan`` resolved and applied its edits."""
     from ..anonymizers import anonymizer_type, guard_every
     from ..lookahead import LookaheadBuffer
     from ..pipeline import flag_last
@@ -113,33 +142,29 @@ def track_source(source: str, config: PipelineConfig, progress: Callable[[int], 
     from ..summary import StageTimes
     from ..video.reader import open_source
 
-    t0 = time.perf_counter()
-    covers: list[Cover] = []
     # a leak guard on every frame sets the default cadence (config.detect_cadence), as in Pipeline
     guarded = guard_every(config.anonymize, anonymizer_type(config.anonymize.method)) == 1
 
-    def take(result) -> None:
-        for face in result.faces:
-            b = face.box
-            covers.append(Cover(result.frame.index, int(face.track_id),
-                                (round(float(b[0]), 1), round(float(b[1]), 1), round(float(b[2]), 1), round(float(b[3]), 1)),
-                                round(float(face.score), 4), face.state, matched=bool(face.matched)))
-        if progress is not None:
-            progress(result.frame.index)
+    def leave(result) -> None:
+        if plan is not None:
+            plan.resolve(result)  # as Pipeline._take, then _flush
+            plan.apply(result)
+        if take is not None:
+            take(result)
 
     with open_source(source) as src:
         fps = src.pace  # as the run paced it (run/video.py)
         buffer = LookaheadBuffer(round(config.lookahead_seconds * fps), match_templates=config.track.match_templates)
-        stage = FaceStage(config, fps, guarded=guarded, lookahead_frames=buffer.capacity)
+        stage = FaceStage(config, fps, guarded=guarded, lookahead_frames=buffer.capacity,
+                          added=plan.adds if plan is not None else None)
         times = StageTimes()
         for frame, last in flag_last(src.frames()):  # the last frame gets a detector run, as in the run
             step = stage.step(frame.image)
             step = dataclasses.replace(step, last=True) if last else step
             for ready in buffer.push(stage(frame, times, step=step)):
-                take(ready)
+                leave(ready)
         for ready in buffer.drain():
-            take(ready)
-    return Tracks(covers, f"tracking pass on {source}", seconds=time.perf_counter() - t0)
+            leave(ready)
 
 
 def boxes_array(covers: list[Cover]) -> np.ndarray:

@@ -22,7 +22,7 @@ import av
 import numpy as np
 
 from ..types import StreamdeidError
-from ..vault.naming import read_video_id_tag
+from ..vault.naming import read_edits_tag, read_video_id_tag
 from ..video.inputs import AV_ERRORS, error_reason
 from ..video.rotation import display_rotation, quarter_turns, turned_size, upright
 
@@ -50,6 +50,7 @@ class VideoFacts:
     time_base: Fraction
     pts: list[int]
     video_id: str | None = None  # hex, the run's (its output's metadata, vault/naming.py); None: not a run's
+    edits: str | None = None  # the digest of the edits the run applied (Edits.digest); None: it applied none
     turns: int = 0  # quarter turns that make a stored frame upright (video/rotation.py); width, height: upright
 
     @property
@@ -89,7 +90,8 @@ def read_facts(path: Path) -> VideoFacts:
             return VideoFacts(path=path, width=int(width), height=int(height), codec=cc.name,
                               pix_fmt=str(cc.pix_fmt or ""), container=c.format.name, fps=float(rate),
                               times=times, time_base=time_base, pts=pts,
-                              video_id=read_video_id_tag(dict(c.metadata)), turns=turns)
+                              video_id=read_video_id_tag(dict(c.metadata)), edits=read_edits_tag(dict(c.metadata)),
+                              turns=turns)
     except StreamdeidError:
         raise
     except AV_ERRORS as exc:

@@ -50,7 +50,7 @@ def run_video(src: str, out: Path | str, config: PipelineConfig, renderer: Frame
                               f"recovered from its vault, not {renderer.anonymizer.name}")
     # a vault of face pixels stores the decoder's own planes (video/planes.py)
     with open_source(src, keep_planes=vault_path is not None and store_crops) as source:
-        writer = _open_writer(out, source, config, keys)
+        writer = _open_writer(out, source, config, keys, edits.edits.digest() if edits is not None else None)
         if isinstance(out, Path):
             _drop_stale_vault(vault_path_for(writer.partial_path), "an interrupted run's partial output, "
                               "which this run writes over")
@@ -111,10 +111,11 @@ def _drop_stale_vault(stale: Path, whose: str) -> None:
         log.warning("removed %s: the vault of %s", stale, whose)
 
 
-def _open_writer(out: Path | str, source, config: PipelineConfig, keys: RunKeys) -> VideoWriter:
-    """A file output is tagged with the run's video id (recover checks it against the vault's)."""
+def _open_writer(out: Path | str, source, config: PipelineConfig, keys: RunKeys, edits: str | None) -> VideoWriter:
+    """A file output is tagged with the run's video id (recover checks it against the vault's) and the digest of
+    the edits it applies (``edits``; the review checks it)."""
     if isinstance(out, Path):
-        return VideoWriter(out, source, config.output, metadata=video_id_tag(keys.video_id))
+        return VideoWriter(out, source, config.output, metadata=video_id_tag(keys.video_id, edits))
     return StreamWriter(out, source, config.output)
 
 

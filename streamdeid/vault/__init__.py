@@ -23,7 +23,7 @@ The byte layout is documented in :mod:`streamdeid.vault.format`.
 from .format import ALGORITHMS, MAGIC, VERSION, MaskParams
 from .reader import VaultDamage, VaultReader, VaultRecord
 from .header import source_fingerprint
-from .naming import read_video_id_tag, vault_path_for, video_id_tag
+from .naming import read_edits_tag, read_video_id_tag, vault_path_for, video_id_tag
 from .writer import VaultWriter
 
 __all__ = [
@@ -35,6 +35,7 @@ __all__ = [
     "VaultReader",
     "VaultRecord",
     "VaultWriter",
+    "read_edits_tag",
     "read_video_id_tag",
     "source_fingerprint",
     "vault_path_for",
