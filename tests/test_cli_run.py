@@ -426,7 +426,11 @@ def test_a_webm_input_gets_a_webm_output_it_can_hold(tmp_path: Path, media: Path
 def test_a_face_zoomed_closer_than_the_frame_stays_covered(tmp_path: Path, media: Path) -> None:
     """A zoom into the man of the head-pose clip (7x by frame 24, about x=330, y=110) until his face overflows
     the frame: the detector loses it there, and his eyes, nose and mouth were left uncovered on the last 13
-    frames. The close-up is held over the whole frame (track/tracker.py CLOSE_UP_*)."""
+    frames. The close-up is held over the whole frame (track/tracker.py CLOSE_UP_*). Before it is lost, runs box
+    it weakly by part of it, off its middle (0.34-0.44 on frames 15 and 19): drawn at those boxes, the mouth's
+    corner, the cheek and the beard were bare (40% of frame 19), and on frames 23-24 of some encodings of this
+    clip (x264's output varies a little from process to process). A close-up found weakly is drawn over the
+    frame too (tracker.py, _Track.shaky)."""
     frames = []
     with av.open(str(media / "head-pose-face-detection-female-and-male.mp4")) as c:
         for i, f in enumerate(c.decode(video=0)):
@@ -442,9 +446,9 @@ def test_a_face_zoomed_closer_than_the_frame_stays_covered(tmp_path: Path, media
     proc = run_cli("run", str(src), "-o", str(out), "--anonymizer", "solid", "--no-progress")
     assert proc.returncode == 0, _err_line(proc)
     unchanged = [float((np.abs(a.astype(int) - b).max(2) < 12).mean()) for a, b in zip(decode(src), decode(out))]
-    # the detector finds his face up to frame 19 (covered at its own size), then loses it: from there on the
-    # frame is covered but for its corners
-    assert len(unchanged) == 40 and max(unchanged[22:]) < 0.2, [round(u, 2) for u in unchanged]
+    # the detector finds his face at its own size up to frame 14 (the background around it stays), then as a
+    # close-up: from there on the frame is covered but for its corners (0.17 at most over 6 encodings of the clip)
+    assert len(unchanged) == 40 and max(unchanged[15:]) < 0.25, [round(u, 2) for u in unchanged]
 
 
 def test_a_close_talking_head_the_detector_keeps_finding_is_covered_at_its_own_size(tmp_path: Path,
