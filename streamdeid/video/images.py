@@ -15,10 +15,11 @@ import cv2
 import numpy as np
 
 from streamdeid.types import StreamdeidError
+from streamdeid.video import heif
 
 log = logging.getLogger(__name__)
 
-IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".jpe", ".png", ".bmp", ".webp", ".tif", ".tiff"})
+IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".jpe", ".png", ".bmp", ".webp", ".tif", ".tiff"}) | heif.EXTENSIONS
 VIDEO_EXTENSIONS = frozenset(
     {".mp4", ".m4v", ".mkv", ".mov", ".avi", ".webm", ".gif", ".ts", ".mts", ".mpg", ".mpeg", ".wmv", ".flv"}
 )
@@ -90,6 +91,8 @@ def decode_image(data: bytes, name: str | os.PathLike[str]) -> np.ndarray:
     if jpeg_is_truncated(data):
         # libjpeg would decode the part that is there, grey below, and print its own warning
         raise StreamdeidError(f"{name}: truncated JPEG (the file ends before its image does)")
+    if heif.is_heif(data):  # HEIC and AVIF: OpenCV reads neither (video/heif.py)
+        return heif.decode(data, name)
     buf = np.frombuffer(data, np.uint8)
     if data[:4] in (b"II*\x00", b"MM\x00*"):  # a TIFF may hold pages that imdecode would not read
         ok, pages = cv2.imdecodemulti(buf, cv2.IMREAD_COLOR)

@@ -15,6 +15,7 @@ import cv2
 import numpy as np
 
 from streamdeid.types import StreamdeidError
+from streamdeid.video import heif
 
 
 def partial_path_for(path: Path) -> Path:
@@ -90,16 +91,19 @@ def write_image(path: str | os.PathLike[str], image: np.ndarray, overwrite: bool
     target = Path(path)
     check_overwrite(target, overwrite)
     ext = target.suffix.lower()
-    params = [cv2.IMWRITE_JPEG_QUALITY, 95] if ext in (".jpg", ".jpeg") else []
-    try:
-        ok, data = cv2.imencode(ext, image, params)
-    except cv2.error:
-        ok = False
-    if not ok:
-        raise StreamdeidError(f"cannot encode an image as {ext or 'no extension'}: {target}")
+    if ext in heif.EXTENSIONS:  # HEIC and AVIF through Pillow (video/heif.py)
+        data = heif.encode(image, ext, target)
+    else:
+        params = [cv2.IMWRITE_JPEG_QUALITY, 95] if ext in (".jpg", ".jpeg") else []
+        try:
+            ok, data = cv2.imencode(ext, image, params)
+        except cv2.error:
+            ok = False
+        if not ok:
+            raise StreamdeidError(f"cannot encode an image as {ext or 'no extension'}: {target}")
     partial = partial_path_for(target)
     try:
-        partial.write_bytes(data.tobytes())
+        partial.write_bytes(data if isinstance(data, bytes) else data.tobytes())
         os.replace(partial, target)
     except OSError as exc:
         partial.unlink(missing_ok=True)
