@@ -74,3 +74,20 @@ def test_a_heic_without_the_extra_says_what_to_install(tmp_path: Path, media: Pa
     assert proc.returncode == 1 and 'pip install "streamdeid[heic]"' in err and "Traceback" not in err, err
     assert len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "phone_anonymized.heic").exists()
+
+
+def test_a_cut_short_or_animated_avif_is_refused_in_one_line(tmp_path: Path, media: Path) -> None:
+    from PIL import features
+
+    if not features.check("avif"):
+        pytest.skip("this Pillow has no AVIF support")
+    picture = Image.fromarray(cv2.cvtColor(cv2.imread(str(media / "two_people.jpg")), cv2.COLOR_BGR2RGB))
+    whole = tmp_path / "whole.avif"
+    picture.save(whole, quality=80)
+    (tmp_path / "cut.avif").write_bytes(whole.read_bytes()[:len(whole.read_bytes()) // 2])
+    picture.save(tmp_path / "anim.avif", save_all=True, append_images=[picture.rotate(180)], duration=100)
+    for name, why in (("cut", "damaged or cut short"), ("anim", "an AVIF of 2 images")):
+        proc = run_cli("run", str(tmp_path / f"{name}.avif"), "--no-progress")
+        err = proc.stderr.decode()
+        assert proc.returncode == 1 and why in err and len(err.strip().splitlines()) == 1, err
+        assert not (tmp_path / f"{name}_anonymized.avif").exists()

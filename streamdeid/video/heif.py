@@ -52,15 +52,19 @@ def decode(data: bytes, name: str | os.PathLike[str]) -> np.ndarray:
         with Image.open(io.BytesIO(data)) as im:
             frames = getattr(im, "n_frames", 1)
             if frames > 1:
-                raise StreamdeidError(f"{name}: a {'HEIC' if heic else 'AVIF'} of {frames} images; only one-image "
+                raise StreamdeidError(f"{name}: {'a HEIC' if heic else 'an AVIF'} of {frames} images; only one-image "
                                       "files are read as photos (an image sequence: convert it to a video first)")
             if "A" in im.getbands():
                 log.warning("%s: its transparency is dropped; the output is opaque", Path(str(name)).name)
             upright = ImageOps.exif_transpose(im).convert("RGB")
     except StreamdeidError:
         raise
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
-        raise StreamdeidError(f"{name}: not a readable {'HEIC' if heic else 'AVIF'} image ({exc})") from None
+    except UnidentifiedImageError:
+        raise StreamdeidError(f"{name}: not a readable {'HEIC' if heic else 'AVIF'} image (damaged or cut short)") \
+            from None
+    except (OSError, ValueError, SyntaxError) as exc:
+        why = " ".join(str(exc).split())  # libheif's reasons may span lines
+        raise StreamdeidError(f"{name}: not a readable {'HEIC' if heic else 'AVIF'} image ({why})") from None
     rgb = np.asarray(upright)
     return np.ascontiguousarray(rgb[:, :, ::-1])
 
