@@ -193,7 +193,7 @@ class FaceStage:
             faces = self.tracker.update(dets, cut=cut, motion=motion, provisional=provisional,
                                         blind_below=blind_below, locate=self._locator(frame.image),
                                         verify=self._verifier(seen), same_face=self._rejoiner(frame.image),
-                                        frame_size=size)
+                                        frame_size=size, added=forced if added is not None else None)
         if self.templates is not None:
             self.templates.update(frame.image, faces)
         if self.tracker.num_tracks and self._countdown >= self.every:

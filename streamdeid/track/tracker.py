@@ -120,6 +120,11 @@ CLOSE_UP_COVER = 2.0
 # left the mouth's corner, the cheek and the beard bare on 4-6 of 40 frames; how many moved with the input's
 # encoding (tests/test_cli_run.py::test_a_face_zoomed_closer_than_the_frame_stays_covered).
 
+# A track a reviewer's added box starts (--edits) takes its id from here on, so every other track keeps the id it had
+# in the reviewed run: the ids `recover --track` and `export-key --track` name (an added track took the next id,
+# and every later track's was one higher). Ids are 32-bit (keys/keyfile.py).
+ADDED_IDS_FROM = 1_000_000
+
 # Largest centre speed of a held track, in box heights per frame.
 MAX_HELD_SPEED = 0.25
 
@@ -191,6 +196,7 @@ class FaceTracker:
         self._kf = KalmanFilter()
         self._tracks: list[_Track] = []
         self._next_id = 1
+        self._next_added_id = ADDED_IDS_FROM
 
     @property
     def num_tracks(self) -> int:
@@ -221,7 +227,11 @@ class FaceTracker:
     def _hold(self, t: _Track) -> int:
         return self.close_up_frames if t.close_up else self.hold_frames
 
-    def _new_id(self) -> int:
+    def _new_id(self, added: bool = False) -> int:
+        """The next track id; from ADDED_IDS_FROM for a track a reviewer's added box starts."""
+        if added:
+            self._next_added_id += 1
+            return self._next_added_id - 1
         tid = self._next_id
         self._next_id += 1
         return tid
@@ -229,8 +239,8 @@ class FaceTracker:
     def update(self, dets: Detections | None, *, cut: bool = False, motion: np.ndarray | None = None,
                provisional: "np.ndarray | Provisional | None" = None, blind_below: float = 0.0,
                locate: Locate | None = None, verify: Verify | None = None,
-               same_face: SameFace | None = None,
-               frame_size: tuple[int, int] | None = None) -> list[TrackedFace]:
+               same_face: SameFace | None = None, frame_size: tuple[int, int] | None = None,
+               added: np.ndarray | None = None) -> list[TrackedFace]:
         """Advance one frame. ``motion``: the camera motion from the previous frame ([2, 3], see
         track/camera_motion.py), applied to every track before association. ``provisional``: [N]
         bool, detections that start a track reported only from its second detector run (back-filled
@@ -243,7 +253,8 @@ class FaceTracker:
         track as a detection; where DOUBTS_TO_END looks in a row find none, the face has gone (turned
         away, left, hidden) and its hold ends then (it is remembered, uncovered). ``same_face(track_id,
         box)``: whether a detection shows the face of a track lost more than remember_seconds ago; only
-        then does the detection continue it (None: such a track is continued by no detection)."""
+        then does the detection continue it (None: such a track is continued by no detection). ``added``: [N]
+        bool, the detections a reviewer added (--edits): a track one starts takes an id from ADDED_IDS_FROM."""
         self._predict(motion)
         self._age()
         if dets is None:
@@ -262,8 +273,9 @@ class FaceTracker:
         unmatched = sorted({di for di in left_dets if di not in taken} | set(refused.values()))
         if callable(provisional):  # decided only for the detections that start tracks (FaceStage: a closer look)
             provisional = dict(zip(unmatched, provisional(np.array(unmatched, np.int64)).tolist()))
-        new_tracks = [_Track(self._new_id(), self._kf, boxes[di], scores[di], landmarks[di], self.config,
-                             provisional is not None and bool(provisional[di])) for di in unmatched]
+        new_tracks = [_Track(self._new_id(added is not None and bool(added[di])), self._kf, boxes[di], scores[di],
+                             landmarks[di], self.config, provisional is not None and bool(provisional[di]))
+                      for di in unmatched]
         det_of = {id(self._tracks[ti]): di for ti, di in matched.items()}
         det_of.update({id(t): di for t, di in zip(new_tracks, unmatched)})
         return self._report(self._tracks + new_tracks, det_of, dets, cut, blind_below, locate, verify, frame_size)
@@ -284,8 +296,8 @@ class FaceTracker:
             del matched[ti]
         self._correct(matched, added)
         unmatched = sorted(set(range(len(added))) - set(matched.values()))  # start tracks, reported at once
-        new = [_Track(self._new_id(), self._kf, boxes[di], added.scores[di], added.landmarks[di], self.config, False)
-               for di in unmatched]
+        new = [_Track(self._new_id(True), self._kf, boxes[di], added.scores[di], added.landmarks[di], self.config,
+                      False) for di in unmatched]
         det_of = {id(self._tracks[ti]): di for ti, di in matched.items()}
         det_of.update({id(t): di for t, di in zip(new, unmatched)})
         self._tracks = [t for t in self._tracks if id(t) in det_of or self._kept(t)] + new
