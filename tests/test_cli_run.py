@@ -496,11 +496,11 @@ def test_folder_of_images_and_videos(tmp_path: Path, media: Path) -> None:
     make_video(folder / "b.mp4", face_frames(media, 3))
     photo = cv2.imread(str(media / "two_people.jpg"))
     cv2.imwrite(str(folder / "c.tif"), photo)  # TIFF was skipped unseen: "1 ok" for a folder of photos
-    (folder / "d.heic").write_bytes(b"not read")
+    (folder / "d.psd").write_bytes(b"not read")  # a Photoshop file (.heic was here until HEIC was read)
     (folder / "notes.txt").write_text("not media")
     proc = run_cli("run", str(folder), "--no-progress")
     assert proc.returncode == 0, _err_line(proc)
-    assert "2 file(s) not read, not a photo or video this tool reads (d.heic, notes.txt)" in proc.stderr.decode()
+    assert "2 file(s) not read, not a photo or video this tool reads (d.psd, notes.txt)" in proc.stderr.decode()
     out = tmp_path / "in_anonymized"
     assert sorted(p.name for p in out.iterdir()) == ["a.jpg", "b.mp4", "c.tif"]
     changed = np.abs(cv2.imread(str(out / "c.tif")).astype(int) - photo).max(axis=2) > 20

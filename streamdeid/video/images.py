@@ -52,7 +52,7 @@ def list_media(folder: str | os.PathLike[str], images: bool = True, videos: bool
 
 
 def unread_files(folder: str | os.PathLike[str]) -> list[Path]:
-    """Visible files directly inside ``folder`` that ``list_media`` leaves out (a .heic photo, a text file),
+    """Visible files directly inside ``folder`` that ``list_media`` leaves out (a .psd image, a text file),
     which a folder run says it did not read rather than skipping them unseen."""
     media = IMAGE_EXTENSIONS | VIDEO_EXTENSIONS
     return sorted((p for p in _visible_files(folder) if p.suffix.lower() not in media), key=_natural_key)
