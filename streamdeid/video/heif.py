@@ -23,7 +23,7 @@ from ..types import StreamdeidError
 
 log = logging.getLogger(__name__)
 
-HEIC_EXTENSIONS = frozenset({".heic", ".heif"})
+HEIC_EXTENSIONS = frozenset({".heic", ".heif", ".hif"})  # .hif: Canon and Fujifilm cameras
 AVIF_EXTENSIONS = frozenset({".avif"})
 EXTENSIONS = HEIC_EXTENSIONS | AVIF_EXTENSIONS
 # ISO base media brands (the ftyp box's major brand) of still HEIF images; AVIF's own are avif and avis
