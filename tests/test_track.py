@@ -81,6 +81,29 @@ def test_a_close_up_the_detector_loses_is_held_over_the_whole_frame_for_longer()
             assert all(b[0] < 0 and b[1] < 0 and b[2] > size[0] and b[3] > size[1] for b in covered[1:])
 
 
+def test_a_close_up_found_weakly_is_drawn_over_the_frame_until_a_sure_detection():
+    """A close-up a run boxes weakly by part of it (off its middle, under high_score) is drawn over the frame on
+    that frame and between runs; a sure detection draws it at its own box again. A weak first detection of a face
+    that was no close-up, and a weak one that is no close-up, are drawn at their boxes."""
+    size = (480, 270)
+    tracker = FaceTracker(fps=10.0, config=TrackConfig())
+    (f,) = tracker.update(dets([face(240, 135, h=260.0)]), frame_size=size)  # sure: its own box
+    assert f.state == "detected" and f.box[0] > 0
+    (f,) = tracker.update(dets([face(200, 135, h=250.0)], np.array([0.35])), frame_size=size)  # weak, off-centre
+    over = f.box[0] < 0 and f.box[1] < 0 and f.box[2] > size[0] and f.box[3] > size[1]
+    assert over and f.track_id == 1
+    (f,) = tracker.update(None, frame_size=size)  # between runs
+    assert f.box[0] < 0 and f.box[2] > size[0]
+    (f,) = tracker.update(dets([face(240, 135, h=260.0)]), frame_size=size)  # sure again
+    assert f.state == "detected" and f.box[0] > 0 and f.box[2] < size[0]
+    # a weak box on a face that was no close-up, and a weak small one: at their boxes
+    for first, then in ((200.0, 250.0), (260.0, 120.0)):
+        tracker = FaceTracker(fps=10.0, config=TrackConfig())
+        tracker.update(dets([face(240, 135, h=first)]), frame_size=size)
+        (f,) = tracker.update(dets([face(240, 135, h=then)], np.array([0.35])), frame_size=size)
+        assert f.state == "detected" and f.box[0] > 0 and f.box[2] < size[0], (first, then)
+
+
 def test_missed_detection_is_held_at_predicted_box_then_dropped():
     fps, hold = 10.0, 0.5  # 5 held frames
     tracker = FaceTracker(fps=fps, config=TrackConfig(hold_seconds=hold))
