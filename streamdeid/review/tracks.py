@@ -9,7 +9,7 @@
    deterministic, so with the run's detection options (review takes the same flags: --threshold,
    --detect-every, --detect-size, --min-face, --hold, --remember, --rejoin, --lookahead) these are the run's tracks;
    what --keep/--only left visible is not replayed (their evidence is in the audit log). A run's --edits are
-   (``track_source(edits=...)``) when the output's tag names them (review/session.py).
+   applied too (``track_source(edits=...)``) when the output's tag names them (review/session.py).
 
 A cover's box is the tracked box; the pasted region is that box grown by the mask's margin and feather.
 """

@@ -114,8 +114,8 @@ CLOSE_UP_HOLD_SECONDS = 3.0
 # frame, may be anywhere in it). Between detector runs, and while the runs find it, it is drawn as any face:
 # a close talking head or a selfie that the detector keeps finding is covered at its own size.
 CLOSE_UP_COVER = 2.0
-# A close-up that a detection scoring under TrackConfig.high_score continues is drawn over the frame too, on
-# that frame and until the next run: a face larger than the frame is boxed weakly by part of it (an eye and
+# A close-up that a detection scoring under TrackConfig.high_score continues (``_Track.shaky``) is drawn over the
+# frame too, on that frame and until the next run: a face larger than the frame is boxed weakly by part of it (an eye and
 # the nose), and the box lies off the face's middle. On the zoom into the head-pose clip such boxes (0.28-0.44)
 # left the mouth's corner, the cheek and the beard bare on 4-6 of 40 frames; how many moved with the input's
 # encoding (tests/test_cli_run.py::test_a_face_zoomed_closer_than_the_frame_stays_covered).
