@@ -451,6 +451,40 @@ def test_a_face_zoomed_closer_than_the_frame_stays_covered(tmp_path: Path, media
     assert len(unchanged) == 40 and max(unchanged[15:]) < 0.25, [round(u, 2) for u in unchanged]
 
 
+def test_a_zoom_centred_on_a_face_covers_it_whole_once_it_overflows(tmp_path: Path, media: Path) -> None:
+    """The same zoom, centred on the man's face (x=365, y=100). His face, as dlib's HOG boxes it on the unzoomed
+    frame and carried through the zoom, must be covered wholly once the close-up is drawn over the frame. It was
+    not: the over-the-frame cover was placed by the track's landmarks, which lay left of the frame's middle,
+    and his jaw, mouth corner and ear were bare on frames 21-39 (33-48% of his face box unchanged)."""
+    dlib = pytest.importorskip("dlib", reason="the eval extra (dlib) gives the reference face")
+    hog = dlib.get_frontal_face_detector()
+    frames, truth = [], []
+    with av.open(str(media / "head-pose-face-detection-female-and-male.mp4")) as c:
+        for i, f in enumerate(c.decode(video=0)):
+            if i == 40:
+                break
+            img = f.to_ndarray(format="bgr24")
+            h, w = img.shape[:2]
+            z = min(1 + i * 0.25, 7)
+            x0, y0 = np.clip(365 - w / z / 2, 0, w - w / z), np.clip(100 - h / z / 2, 0, h - h / z)
+            frames.append(cv2.warpAffine(img, np.array([[z, 0, -x0 * z], [0, z, -y0 * z]]), (w, h)))
+            boxes = [(r.left(), r.top(), r.right(), r.bottom()) for r in hog(cv2.cvtColor(img, cv2.COLOR_BGR2RGB), 1)]
+            man = [b for b in boxes if b[0] > w / 2]  # the man, on the right
+            truth.append(None if not man else [(man[0][0] - x0) * z, (man[0][1] - y0) * z, (man[0][2] - x0) * z,
+                                               (man[0][3] - y0) * z])
+    src = make_video(tmp_path / "zoom.mp4", frames, fps=12)
+    out = tmp_path / "out.mp4"
+    proc = run_cli("run", str(src), "-o", str(out), "--anonymizer", "solid", "--no-progress")
+    assert proc.returncode == 0, _err_line(proc)
+    bare = []
+    for t, (a, b, box) in enumerate(zip(decode(src), decode(out), truth)):
+        if box is None or t < 21:  # from frame 21 his face overflows the frame (7x by frame 24)
+            continue
+        x1, y1, x2, y2 = int(max(box[0], 0)), int(max(box[1], 0)), int(min(box[2], w)), int(min(box[3], h))
+        bare.append(float((np.abs(a[y1:y2, x1:x2].astype(int) - b[y1:y2, x1:x2]).max(2) < 12).mean()))
+    assert len(bare) >= 15 and max(bare) < 0.05, [round(u, 2) for u in bare]
+
+
 def test_a_close_talking_head_the_detector_keeps_finding_is_covered_at_its_own_size(tmp_path: Path,
                                                                                      media: Path) -> None:
     """The head-pose clip's man cropped so his face spans the frame's height (a selfie, a talking head): the
