@@ -423,6 +423,23 @@ def test_a_webm_input_gets_a_webm_output_it_can_hold(tmp_path: Path, media: Path
     assert len(decode(out)) == 6
 
 
+def _zoom_into_the_man(media: Path, cx: float, cy: float) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """The head-pose clip's first 40 frames, zoomed about (``cx``, ``cy``) 0.25x more each frame up to 7x: per frame
+    the original, the zoomed frame and the zoom ([2, 3], original -> zoomed pixels)."""
+    out = []
+    with av.open(str(media / "head-pose-face-detection-female-and-male.mp4")) as c:
+        for i, f in enumerate(c.decode(video=0)):
+            if i == 40:
+                break
+            img = f.to_ndarray(format="bgr24")
+            h, w = img.shape[:2]
+            z = min(1 + i * 0.25, 7)
+            x0, y0 = np.clip(cx - w / z / 2, 0, w - w / z), np.clip(cy - h / z / 2, 0, h - h / z)
+            zoom = np.array([[z, 0, -x0 * z], [0, z, -y0 * z]])
+            out.append((img, cv2.warpAffine(img, zoom, (w, h)), zoom))
+    return out
+
+
 def test_a_face_zoomed_closer_than_the_frame_stays_covered(tmp_path: Path, media: Path) -> None:
     """A zoom into the man of the head-pose clip (7x by frame 24, about x=330, y=110) until his face overflows
     the frame: the detector loses it there, and his eyes, nose and mouth were left uncovered on the last 13
@@ -431,16 +448,7 @@ def test_a_face_zoomed_closer_than_the_frame_stays_covered(tmp_path: Path, media
     corner, the cheek and the beard were bare (40% of frame 19), and on frames 23-24 of some encodings of this
     clip (x264's output varies a little from process to process). A close-up found weakly is drawn over the
     frame too (tracker.py, _Track.shaky)."""
-    frames = []
-    with av.open(str(media / "head-pose-face-detection-female-and-male.mp4")) as c:
-        for i, f in enumerate(c.decode(video=0)):
-            if i == 40:
-                break
-            img = f.to_ndarray(format="bgr24")
-            h, w = img.shape[:2]
-            z = min(1 + i * 0.25, 7)
-            x0, y0 = np.clip(330 - w / z / 2, 0, w - w / z), np.clip(110 - h / z / 2, 0, h - h / z)
-            frames.append(cv2.warpAffine(img, np.array([[z, 0, -x0 * z], [0, z, -y0 * z]]), (w, h)))
+    frames = [zoomed for _, zoomed, _ in _zoom_into_the_man(media, 330, 110)]
     src = make_video(tmp_path / "zoom.mp4", frames, fps=12)
     out = tmp_path / "out.mp4"
     proc = run_cli("run", str(src), "-o", str(out), "--anonymizer", "solid", "--no-progress")
@@ -459,19 +467,12 @@ def test_a_zoom_centred_on_a_face_covers_it_whole_once_it_overflows(tmp_path: Pa
     dlib = pytest.importorskip("dlib", reason="the eval extra (dlib) gives the reference face")
     hog = dlib.get_frontal_face_detector()
     frames, truth = [], []
-    with av.open(str(media / "head-pose-face-detection-female-and-male.mp4")) as c:
-        for i, f in enumerate(c.decode(video=0)):
-            if i == 40:
-                break
-            img = f.to_ndarray(format="bgr24")
-            h, w = img.shape[:2]
-            z = min(1 + i * 0.25, 7)
-            x0, y0 = np.clip(365 - w / z / 2, 0, w - w / z), np.clip(100 - h / z / 2, 0, h - h / z)
-            frames.append(cv2.warpAffine(img, np.array([[z, 0, -x0 * z], [0, z, -y0 * z]]), (w, h)))
-            boxes = [(r.left(), r.top(), r.right(), r.bottom()) for r in hog(cv2.cvtColor(img, cv2.COLOR_BGR2RGB), 1)]
-            man = [b for b in boxes if b[0] > w / 2]  # the man, on the right
-            truth.append(None if not man else [(man[0][0] - x0) * z, (man[0][1] - y0) * z, (man[0][2] - x0) * z,
-                                               (man[0][3] - y0) * z])
+    for img, zoomed, zoom in _zoom_into_the_man(media, 365, 100):
+        h, w = img.shape[:2]
+        frames.append(zoomed)
+        boxes = [(r.left(), r.top(), r.right(), r.bottom()) for r in hog(cv2.cvtColor(img, cv2.COLOR_BGR2RGB), 1)]
+        man = [np.array(b, np.float64) for b in boxes if b[0] > w / 2]  # the man, on the right
+        truth.append(None if not man else np.tile(zoom[:, :2].diagonal(), 2) * man[0] + np.tile(zoom[:, 2], 2))
     src = make_video(tmp_path / "zoom.mp4", frames, fps=12)
     out = tmp_path / "out.mp4"
     proc = run_cli("run", str(src), "-o", str(out), "--anonymizer", "solid", "--no-progress")
