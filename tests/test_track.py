@@ -82,8 +82,9 @@ def test_a_close_up_the_detector_loses_is_held_over_the_whole_frame_for_longer()
 
 
 def test_a_close_up_found_weakly_is_drawn_over_the_frame_until_a_sure_detection():
-    """A close-up a run boxes weakly by part of it (off its middle, under high_score) is drawn over the frame on
-    that frame and between runs; a sure detection draws it at its own box again. A weak first detection of a face
+    """A close-up a run boxes weakly by part of it (off its middle, under high_score), or boxes past the frame's
+    edge, is drawn over the frame on that frame and between runs; a sure detection inside it draws it at its own
+    box again. A weak first detection of a face
     that was no close-up, and a weak one that is no close-up, are drawn at their boxes."""
     size = (480, 270)
     tracker = FaceTracker(fps=10.0, config=TrackConfig())
@@ -96,6 +97,12 @@ def test_a_close_up_found_weakly_is_drawn_over_the_frame_until_a_sure_detection(
     assert f.box[0] < 0 and f.box[2] > size[0]
     (f,) = tracker.update(dets([face(240, 135, h=260.0)]), frame_size=size)  # sure again
     assert f.state == "detected" and f.box[0] > 0 and f.box[2] < size[0]
+    # sure, but boxed 13% past the frame's left and bottom edges (part of a face that goes on beyond the frame)
+    (f,) = tracker.update(dets([np.array([-40, 1, 268, 309], np.float32)]), frame_size=size)
+    assert f.box[0] < -40 and f.box[2] > size[0] and f.track_id == 1
+    # sure and 3% past the top and bottom (a close talking head the frame holds whole): at its box
+    (f,) = tracker.update(dets([np.array([144, -8, 356, 278], np.float32)]), frame_size=size)
+    assert f.state == "detected" and f.box[0] == 144
     # a weak box on a face that was no close-up, and a weak small one: at their boxes
     for first, then in ((200.0, 250.0), (260.0, 120.0)):
         tracker = FaceTracker(fps=10.0, config=TrackConfig())
