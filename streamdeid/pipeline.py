@@ -15,7 +15,6 @@ and ``run`` works out the camera's motion and scene cuts on another, ahead of th
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable, Iterable, Iterator
 
@@ -173,9 +172,9 @@ class Pipeline:
                 yield item, None
                 continue
             t0 = time.perf_counter()
-            step = self.faces.step(item.image)
+            step = self.faces.step(item.image, last)
             self.summary.times.add("camera", time.perf_counter() - t0)
-            yield item, dataclasses.replace(step, last=True) if last else step
+            yield item, step
 
     def _take(self, result: FrameResult) -> None:
         result.sure_ahead = frozenset(self.faces.tracker.sure_ids())  # the detector has seen the look-ahead

@@ -117,13 +117,13 @@ class FaceStage:
         self._countdown = 0  # frames until the next scheduled detection
         self._since_scan = self.scan_every  # frames since the last small-face scan (scan on the first run)
 
-    def step(self, image: np.ndarray) -> CameraStep:
+    def step(self, image: np.ndarray, last: bool = False) -> CameraStep:
         """The camera's motion and the scene cut for the next frame's ``image`` ([H, W, 3] uint8 BGR). Call
         it once per frame, in order (both remember the previous frame), on any one thread; the result goes
         to ``__call__``. The motion comes first: a fast pan changes the whole picture, and only the motion
-        tells it from a cut (scenecut.py)."""
+        tells it from a cut (scenecut.py). ``last``: the input's last frame (pipeline.flag_last)."""
         motion = self.camera(image) if self.camera is not None else None
-        return CameraStep(motion, self.scene_cut(image, motion))
+        return CameraStep(motion, self.scene_cut(image, motion), last)
 
     def __call__(self, frame: Frame, times: StageTimes, *, force_cut: bool = False,
                  step: CameraStep | None = None) -> FrameResult:

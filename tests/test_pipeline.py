@@ -475,9 +475,9 @@ def test_camera_steps_worked_out_ahead_give_the_same_results_as_inline(media) ->
                             emit=lambda result, _pasted, how=how: runs[how].append(result), render_thread=False)
         step = pipeline.faces.step
 
-        def watched(image, step=step, steppers=steppers):  # records which thread works the step out
+        def watched(image, last=False, *, step=step, steppers=steppers):  # records which thread works it out
             steppers.add(threading.current_thread().name)
-            return step(image)
+            return step(image, last)
         pipeline.faces.step = watched
         frames = [Frame(i, img.copy(), i, None) for i, img in enumerate(images)]
         if how == "ahead":

@@ -206,12 +206,10 @@ class Review:
         digest = self.facts.edits
         if digest is None:
             return None, None
-        edits = None
-        if self.edits_path.is_file():
-            try:
-                edits = load_edits(self.edits_path)
-            except StreamdeidError:
-                edits = None
+        try:
+            edits = load_edits(self.edits_path) if self.edits_path.is_file() else None
+        except StreamdeidError:  # not an edits file now: the pass cannot apply what the output was rendered with
+            edits = None
         if edits is not None and edits.digest() == digest:
             self.echo(f"streamdeid: the tracking pass applies {self.edits_path.name}, as the run that re-rendered "
                       f"{self.output.name} did")

@@ -16,7 +16,6 @@ A cover's box is the tracked box; the pasted region is that box grown by the mas
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -159,9 +158,7 @@ def _track(source: str, config: PipelineConfig, plan: EditPlan | None, take: Cal
                           added=plan.adds if plan is not None else None)
         times = StageTimes()
         for frame, last in flag_last(src.frames()):  # the last frame gets a detector run, as in the run
-            step = stage.step(frame.image)
-            step = dataclasses.replace(step, last=True) if last else step
-            for ready in buffer.push(stage(frame, times, step=step)):
+            for ready in buffer.push(stage(frame, times, step=stage.step(frame.image, last))):
                 leave(ready)
         for ready in buffer.drain():
             leave(ready)

@@ -115,14 +115,14 @@ CLOSE_UP_HOLD_SECONDS = 3.0
 # a close talking head or a selfie that the detector keeps finding is covered at its own size.
 CLOSE_UP_COVER = 2.0
 # A close-up that a detection scoring under TrackConfig.high_score continues (``_Track.shaky``) is drawn over the
-# frame too, on that frame and until the next run: a face larger than the frame is boxed weakly by part of it (an eye and
-# the nose), and the box lies off the face's middle. On the zoom into the head-pose clip such boxes (0.28-0.44)
-# left the mouth's corner, the cheek and the beard bare on 4-6 of 40 frames; how many moved with the input's
-# encoding (tests/test_cli_run.py::test_a_face_zoomed_closer_than_the_frame_stays_covered). So is one whose box
-# reaches past the frame's edge by more than SHAKY_CUT of its size: on a zoom centred on the man's face, some
+# frame too, on that frame and until the next run: a face larger than the frame is boxed weakly by part of it (an
+# eye and the nose), and the box lies off the face's middle. On the zoom into the head-pose clip such boxes
+# (0.28-0.44) left the mouth's corner, the cheek and the beard bare on 4-6 of 40 frames; how many moved with the
+# input's encoding (tests/test_cli_run.py::test_a_face_zoomed_closer_than_the_frame_stays_covered). So is one whose
+# box reaches past the frame's edge by more than SHAKY_CUT of its size: on a zoom centred on the man's face, some
 # encodings of the clip gave boxes of its eyes and nose at 0.61-0.91, 13% past the frame's left and bottom edges,
-# and half his face box stayed bare on 2-4 frames. A close talking head that the frame holds whole (the
-# selfie test's) reaches 2-4% past the top and bottom, and is drawn at its own size.
+# and half his face box stayed bare on 2-4 frames. A close talking head that the frame holds whole (the selfie
+# test's) reaches 2-4% past the top and bottom, and is drawn at its own size.
 SHAKY_CUT = 0.08
 
 # A track a reviewer's added box starts (--edits) takes its id from here on, so every other track keeps the id it had
@@ -158,7 +158,7 @@ class _Track:
         self.gone = False  # its hold ended early: closer looks found the face gone (remembered, not covered)
         self.sure = False  # a detection scored config.high_score or more (see FaceTracker.sure_boxes)
         self.close_up = False  # its last detection spanned CLOSE_UP_SHARE of the frame (see FaceTracker._report)
-        self.shaky = False  # a close-up whose last detection scored under high_score (see _spotted)
+        self.shaky = False  # a close-up last boxed under high_score or past the frame's edge (see _spotted)
         self._observe(box, score, landmarks, config)
 
     def _observe(self, box: np.ndarray, score: float, landmarks: np.ndarray, config: TrackConfig) -> None:
@@ -386,7 +386,7 @@ class FaceTracker:
                   frame_size: tuple[int, int] | None) -> TrackedFace:
         """``t``'s face on a frame a detection continued it: at its box, or over the frame when shaky."""
         face = TrackedFace(t.track_id, box, landmarks, score, "detected")
-        return _over_the_frame(face, t, frame_size) if t.shaky and frame_size is not None else face
+        return _over_the_frame(face, frame_size) if t.shaky and frame_size is not None else face
 
     def _report(self, tracks: list[_Track], det_of: dict[int, int], dets: Detections,
                 cut: bool, blind_below: float = 0.0, locate: Locate | None = None,
@@ -536,7 +536,7 @@ class FaceTracker:
                 found = locate(t.track_id, face.box)  # a large face between runs: on its pixels if found
                 face = moved_to(face, found) if found is not None else face
             if t.close_up and (t.lost_age or t.shaky) and frame_size is not None:
-                face = _over_the_frame(face, t, frame_size)
+                face = _over_the_frame(face, frame_size)
             faces.append(face)
         return faces
 
@@ -571,13 +571,13 @@ def _cut_off(box: np.ndarray, frame_size: tuple[int, int]) -> bool:
     return bool(max(-box[0], box[2] - w) > SHAKY_CUT * bw or max(-box[1], box[3] - h) > SHAKY_CUT * bh)
 
 
-def _over_the_frame(face: TrackedFace, t: _Track, frame_size: tuple[int, int]) -> TrackedFace:
-    """A close-up a detector run has missed (``t.lost_age``) or found weakly (``t.shaky``), drawn over its whole
-    frame: the frame's box, CLOSE_UP_COVER larger about its centre, with no landmarks, so the renderer places the
-    cover by the box (as an added box's). The track's landmarks put on that box placed it by their centre, which
-    lies where the last detection's box had them: on a zoom centred on the head-pose clip's man, off to the left,
-    and his jaw, mouth corner and ear were bare on 17 frames (33-48% of his face box unchanged). Only the drawn
-    face: the track stays at its own box, so the face's next detection continues it and ends the hold."""
+def _over_the_frame(face: TrackedFace, frame_size: tuple[int, int]) -> TrackedFace:
+    """A close-up a detector run has missed (its track's ``lost_age``) or found shakily (``shaky``), drawn over its
+    whole frame: the frame's box, CLOSE_UP_COVER larger about its centre, with no landmarks, so the renderer places
+    the cover by the box (as an added box's). The track's landmarks put on that box placed it by their centre,
+    which lies where the last detection's box had them: on a zoom centred on the head-pose clip's man, off to the
+    left, and his jaw, mouth corner and ear were bare on 17 frames (33-48% of his face box unchanged). Only the
+    drawn face: the track stays at its own box, so the face's next detection continues it and ends the hold."""
     width, height = frame_size
     dx, dy = (CLOSE_UP_COVER - 1) * width / 2, (CLOSE_UP_COVER - 1) * height / 2
     box = np.array([-dx, -dy, width + dx, height + dy], np.float32)

@@ -47,12 +47,13 @@ def decode(data: bytes, name: str | os.PathLike[str]) -> np.ndarray:
     from PIL import Image, ImageOps, UnidentifiedImageError
 
     heic = brand(data) in HEIC_BRANDS
+    kind = "HEIC" if heic else "AVIF"
     _ready(heic, name)
     try:
         with Image.open(io.BytesIO(data)) as im:
             frames = getattr(im, "n_frames", 1)
             if frames > 1:
-                raise StreamdeidError(f"{name}: {'a HEIC' if heic else 'an AVIF'} of {frames} images; only one-image "
+                raise StreamdeidError(f"{name}: {'a' if heic else 'an'} {kind} of {frames} images; only one-image "
                                       "files are read as photos (an image sequence: convert it to a video first)")
             if "A" in im.getbands():
                 log.warning("%s: its transparency is dropped; the output is opaque", Path(str(name)).name)
@@ -60,11 +61,10 @@ def decode(data: bytes, name: str | os.PathLike[str]) -> np.ndarray:
     except StreamdeidError:
         raise
     except UnidentifiedImageError:
-        raise StreamdeidError(f"{name}: not a readable {'HEIC' if heic else 'AVIF'} image (damaged or cut short)") \
-            from None
+        raise StreamdeidError(f"{name}: not a readable {kind} image (damaged or cut short)") from None
     except (OSError, ValueError, SyntaxError) as exc:
         why = " ".join(str(exc).split())  # libheif's reasons may span lines
-        raise StreamdeidError(f"{name}: not a readable {'HEIC' if heic else 'AVIF'} image ({why})") from None
+        raise StreamdeidError(f"{name}: not a readable {kind} image ({why})") from None
     rgb = np.asarray(upright)
     return np.ascontiguousarray(rgb[:, :, ::-1])
 
