@@ -188,6 +188,23 @@ def test_high_score_detections_are_matched_first():
     assert np.array_equal(ids[2].box, face(101, 100))
 
 
+def test_a_detection_continues_a_reported_track_before_a_doubtful_one():
+    """A second, weak box on a head (lower, on the chin) starts a track the next runs miss, never confirmed.
+    When the face moves onto that stale box, its detection overlaps that doubtful track more than the face's
+    own, but continues its own: before, the doubtful track took it and the face's own track ended as a copy."""
+    tracker = FaceTracker(fps=25, config=TrackConfig(high_score=0.6, confirm_hits=2, hold_seconds=0.5))
+    out = tracker.update(dets([face(100, 100, h=100), face(100, 140, h=100)], np.array([0.9, 0.35])))
+    assert [f.track_id for f in out] == [1]  # the weak box's track 2 waits for a second run
+    for _ in range(3):
+        tracker.update(None)
+        tracker.update(dets([face(100, 100, h=100)]))  # track 2 missed, held unreported
+    moved = face(100, 135, h=100)  # IoU 0.48 with track 1's box, 0.9 with track 2's
+    tracker.update(None)
+    out = by_id(tracker.update(dets([moved])))
+    assert sorted(out) == [1]
+    assert out[1].state == "detected" and np.array_equal(out[1].box, moved)
+
+
 def test_update_none_holds_everything_and_never_drops_seen_tracks():
     tracker = FaceTracker(fps=10, config=TrackConfig(hold_seconds=0.2))  # 2 held frames
     tracker.update(dets([face(100, 100), face(300, 100)]))

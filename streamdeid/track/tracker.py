@@ -14,7 +14,8 @@
   covers move with the picture instead of staying where the face was.
 * Three-stage association: detections with ``score >= high_score`` are matched
   to all tracks first, the remaining (low-score) ones to the tracks left over
-  (both by IoU), then what is left by nearness: a detection whose centre lies
+  (both by IoU; a track no run has confirmed, once a run missed it, comes
+  last), then what is left by nearness: a detection whose centre lies
   inside a left-over track's box continues it (a face that moved more than its
   box since the last run) instead of starting a duplicate beside it. The
   assignment is solved per connected component of the allowed pairs.
@@ -354,21 +355,33 @@ class FaceTracker:
         high = np.flatnonzero(scores >= self.config.high_score)
         low = np.flatnonzero(scores < self.config.high_score)
         track_boxes = xyah_to_xyxy(np.stack([t.mean for t in self._tracks])) if self._tracks else np.zeros((0, 4))
+        # tracks a detector run missed before any run confirmed them (a weak box seen once): matched last
+        doubtful = [ti for ti, t in enumerate(self._tracks) if t.lost_age and not t.confirmed]
+        others = [ti for ti in range(len(self._tracks)) if ti not in set(doubtful)]
 
         matched: dict[int, int] = {}  # track index -> detection index
-        # stage 1: confident detections against every track
-        pairs, free_tracks, free_high = linear_assignment(iou_matrix(track_boxes, boxes[high]), self.config.match_iou)
-        for ti, di in pairs:
-            matched[ti] = int(high[di])
-        # stage 2: low-score detections against the tracks left over
-        pairs, _, free_low = linear_assignment(iou_matrix(track_boxes[free_tracks], boxes[low]), self.config.match_iou)
-        for ti, di in pairs:
-            matched[free_tracks[ti]] = int(low[di])
+
+        def assign(dets: np.ndarray, tracks: list[int]) -> np.ndarray:
+            """Match ``dets`` (detection indices) to the unmatched of ``tracks`` (track indices) by IoU; the
+            detections left over."""
+            tracks = [ti for ti in tracks if ti not in matched]
+            pairs, _, free = linear_assignment(iou_matrix(track_boxes[tracks], boxes[dets]), self.config.match_iou)
+            for ti, di in pairs:
+                matched[tracks[ti]] = int(dets[di])
+            return dets[free]
+
+        # stages 1 and 2: confident detections, then low-score ones, each to the tracks left over, the doubtful
+        # ones last. On hamilton a second box on the performer's face started a track no later run found; 15
+        # frames on it overlapped his next detection more than his own track did and took it over: his track's
+        # hold ended as a copy, and the look-ahead back-filled the other over its gap, a second, larger cover
+        # beside him.
+        free_high = assign(assign(high, others), doubtful)
+        free_low = assign(assign(low, others), doubtful)
         # stage 3: what is left, by nearness: a face that moved more than its box since the last
         # detector run (a small face, a jolt the camera motion missed) continues its track instead
         # of starting a second one beside it, which would leave a ghost cover held where it was
         left_tracks = [ti for ti in range(len(self._tracks)) if ti not in matched]
-        left_dets = sorted(set(high[free_high].tolist()) | set(low[free_low].tolist()))
+        left_dets = sorted(set(free_high.tolist()) | set(free_low.tolist()))
         pairs, _, _ = linear_assignment(near_matrix(track_boxes[left_tracks], boxes[left_dets]), NEAR_GATE)
         for ti, di in pairs:
             matched[left_tracks[ti]] = left_dets[di]
