@@ -166,9 +166,12 @@ class HandLabels:
 
 
 
+INTERPOLATE_SIZE_RATIO = 1.5  # a face labelled on two frames has about one size on both
+
+
 def interpolate_labels(frames: FrameBoxes, gap: int) -> FrameBoxes:
     """Boxes for the frames between two labelled frames at most ``gap`` apart: a face labelled on both (its
-    centre moved less than its size; greedy, nearest first) is placed linearly in between. Hand labels are
+    centre moved less than its size, at a size within INTERPOLATE_SIZE_RATIO; greedy, nearest first) is placed linearly in between. Hand labels are
     made every few frames; a precision measure needs every frame's faces, or a cover on a face labelled on
     frame 70 and 75 counts as off every face on frames 71-74. Only frames strictly between are returned."""
     keys = sorted(frames)
@@ -179,7 +182,12 @@ def interpolate_labels(frames: FrameBoxes, gap: int) -> FrameBoxes:
             continue
         centres = lambda boxes: (boxes[:, :2] + boxes[:, 2:]) / 2  # noqa: E731
         size = np.maximum(first[:, 2] - first[:, 0], first[:, 3] - first[:, 1])
+        size_b = np.maximum(last[:, 2] - last[:, 0], last[:, 3] - last[:, 1])
         cost = np.linalg.norm(centres(first)[:, None] - centres(last)[None], axis=2) / size[:, None]  # [A, B]
+        # one face at about one size: hamilton's performer at frame 45 (207 px) was paired with a 68 px face
+        # beside him at 50, so frames 46-49 had a box between the two and none on him
+        ratio = size[:, None] / np.maximum(size_b[None], 1e-6)
+        cost[(ratio > INTERPOLATE_SIZE_RATIO) | (ratio < 1 / INTERPOLATE_SIZE_RATIO)] = np.inf
         taken_a, taken_b = set(), set()
         for k in np.argsort(cost, axis=None):
             i, j = divmod(int(k), cost.shape[1])

@@ -142,6 +142,19 @@ def test_hand_rejected_boxes_leave_the_references() -> None:
     assert labels.drop_not_faces("two_people.jpg", refs)[1] == 0  # no rejected box in that medium
 
 
+def test_hand_labels_are_carried_between_labelled_frames_to_the_same_face() -> None:
+    """A face labelled on two frames is placed linearly in between; a face beside it at another size is not
+    taken for it (hamilton's 207 px performer at frame 45 was paired with a 68 px face at 50)."""
+    from evaluation.references import interpolate_labels
+
+    big_45, big_50 = np.array([398.0, 138, 550, 345]), np.array([500.0, 45, 625, 250])
+    small_50 = np.array([459.0, 129, 508, 196])  # nearer big_45's centre than big_50 is
+    between = interpolate_labels({45: big_45[None], 50: np.stack([small_50, big_50])}, gap=5)
+    assert sorted(between) == [46, 47, 48, 49]
+    assert np.allclose(between[48], [0.4 * big_45 + 0.6 * big_50])
+    assert interpolate_labels({45: big_45[None], 60: big_50[None]}, gap=5) == {}  # labelled too far apart
+
+
 # ---- the defaults, end to end ------------------------------------------------------------------------
 
 
