@@ -25,6 +25,16 @@ sat still until its first detection) and that box carried back along the detecti
 (had it moved as it moves now), and no further than the widened box it replaces, so the new
 cover lies inside the old one. A widened cover grows the same way in every direction; the
 moving face's is stretched along its way only.
+
+A track first seen now whose first detection is weak (``confirm_below``: under the tracker's high_score)
+is back-filled CONFIRM_SHORT frames at once; its back-fill further back waits ("pending"). A later
+detection of the track draws it. The track's end inside the picture (closer looks found no face at its
+place twice, or it was a copy of another track's face: track/tracker.py) drops it: the box seen once was
+most likely no face (on short_hamilton_clip.mp4 the performer's hands, shoulder and microphone, dark
+patches). Privacy fails closed: a pending cover is drawn when its frame leaves the buffer undecided, at a
+scene cut, and when the track ends at the frame's edge (a face seen once as it left). Dropping it at the
+first run that missed the track instead lost real faces on the crowd pans (a 58 px face entering at the
+bottom edge bare on 7 frames, faces seen once as they left at the left edge).
 """
 
 from __future__ import annotations
@@ -41,6 +51,9 @@ from .types import FrameResult, TrackedFace, box_centres, longest_sides
 
 STILL_SHARE = 0.1  # of the face's size: a face that moved less after its first detection is still
 STILL_WITHIN = (2, 6)  # frames after the first detection in which a detection can show it still
+# back-filled frames drawn at once for a track first detected weakly; the rest waits (see the top)
+CONFIRM_SHORT = 4
+SEEN_FRAMES = 600  # a track unseen this long is forgotten by _seen (tracks are remembered for seconds)
 
 
 @dataclass
@@ -55,11 +68,18 @@ class _Backfill:
 
 
 class LookaheadBuffer:
-    def __init__(self, capacity: int, *, match_templates: bool = False) -> None:
+    def __init__(self, capacity: int, *, match_templates: bool = False, confirm_below: float = 0.0) -> None:
         self.capacity = max(0, int(capacity))
         self.match_templates = match_templates
+        self.confirm_below = confirm_below
         self._buf: deque[FrameResult] = deque()
         self._unsettled: dict[int, _Backfill] = {}  # track id -> its widened back-fill, still or not unknown yet
+        # track id -> its back-filled covers waiting for its next detector run: (earlier frame, cover, the face
+        # unwidened, frames back from the first detection); see the top
+        self._pending: dict[int, list[tuple[FrameResult, TrackedFace, TrackedFace, int]]] = {}
+        self._seen: dict[int, int] = {}  # track id -> frames pushed when it was last shown (see SEEN_FRAMES)
+        self._pushed = 0
+        self._last: dict[int, TrackedFace] = {}  # a pending track's face on the newest frame that showed it
 
     def __len__(self) -> int:
         return len(self._buf)
@@ -67,18 +87,63 @@ class LookaheadBuffer:
     def push(self, result: FrameResult) -> Iterator[FrameResult]:
         """Add a tracked frame; yield the frames that are now old enough to render."""
         last = {f.track_id for f in self._buf[-1].faces} if self._buf else set()
+        self._confirm(result)
         self._settle(result)
         # new tracks, and tracks back after a gap (a remembered track the detector found again)
         new = [f for f in result.faces if f.track_id not in last]
         if new:
             self._backfill(new, result)
+        self._pushed += 1
+        self._seen.update((f.track_id, self._pushed) for f in result.faces)
+        if self._pushed % SEEN_FRAMES == 0:  # bounded on a live feed that runs for days
+            self._seen = {tid: n for tid, n in self._seen.items() if self._pushed - n <= SEEN_FRAMES}
         self._buf.append(result)
         while len(self._buf) > self.capacity:
-            yield self._buf.popleft()
+            yield self._leaving()
 
     def drain(self) -> Iterator[FrameResult]:
         while self._buf:
-            yield self._buf.popleft()
+            yield self._leaving()
+
+    def _leaving(self) -> FrameResult:
+        """The oldest frame, handed on to be rendered, with every back-fill still pending on it drawn (fails
+        closed: undecided is covered)."""
+        result = self._buf.popleft()
+        for tid, covers in list(self._pending.items()):
+            for cover in [c for c in covers if c[0] is result]:
+                self._draw(tid, cover)
+                covers.remove(cover)
+            if not covers:
+                del self._pending[tid]
+        return result
+
+    def _confirm(self, result: FrameResult) -> None:
+        """Decide the pending back-fill (see the top) with ``result``: drawn when a detection continued the track,
+        at a scene cut and when the track ended at the frame's edge; dropped when it ended inside the picture."""
+        if not self._pending:
+            return
+        state = {f.track_id: f for f in result.faces}
+        h, w = result.frame.image.shape[:2]
+        for tid in list(self._pending):
+            face = state.get(tid)
+            # drawn: found again; at a cut (undecided); gone from a box at the frame's edge (it may have left)
+            if result.scene_cut or (face is not None and face.state == "detected") or \
+                    (face is None and _at_the_edge(self._last[tid].box, w, h)):
+                for cover in self._pending.pop(tid):
+                    self._draw(tid, cover)
+            elif face is None:  # gone inside the picture: closer looks found no face there, or a copy's hold ended
+                del self._pending[tid]
+            else:
+                self._last[tid] = face
+        self._last = {tid: f for tid, f in self._last.items() if tid in self._pending}
+
+    def _draw(self, tid: int, cover: tuple[FrameResult, TrackedFace, TrackedFace, int]) -> None:
+        """Put a back-filled ``cover`` (see _pending) on its frame; a widened one may still be settled."""
+        earlier, drawn, face, back = cover
+        earlier.faces.append(drawn)
+        fill = self._unsettled.get(tid)
+        if fill is not None and not face.matched:
+            fill.covers.append(cover)
 
     def _backfill(self, faces: list[TrackedFace], first: FrameResult) -> None:
         """Walk back from the newest buffered frame; stop at a scene cut, since the
@@ -93,6 +158,8 @@ class LookaheadBuffer:
         firsts = {f.track_id: f for f in faces if f.state == "detected"}  # (remembered tracks: not "detected")
         for tid in firsts:
             self._unsettled.pop(tid, None)  # a track found again is back-filled anew
+        # first seen now, weakly: back-fill past CONFIRM_SHORT frames waits (see the top)
+        doubtful = {tid for tid, f in firsts.items() if f.score < self.confirm_below and tid not in self._seen}
         here, later = faces, first
         for back, earlier in enumerate(reversed(self._buf), start=1):
             if later.motion is not None:
@@ -105,6 +172,12 @@ class LookaheadBuffer:
             here = [self._found(f, templates.get(f.track_id), earlier) for f in here]
             for f in here:
                 drawn = f if f.matched else f.widened(back, "backfilled")
+                if f.track_id in doubtful and back > CONFIRM_SHORT:
+                    self._pending.setdefault(f.track_id, []).append((earlier, drawn, f, back))
+                    self._last[f.track_id] = firsts[f.track_id]
+                    if not f.matched:  # settled too once drawn (_draw)
+                        self._unsettled.setdefault(f.track_id, _Backfill(firsts[f.track_id]))
+                    continue
                 earlier.faces.append(drawn)
                 if not f.matched and f.track_id in firsts:
                     self._unsettled.setdefault(f.track_id, _Backfill(firsts[f.track_id])).covers.append(
@@ -143,6 +216,11 @@ class LookaheadBuffer:
         # not found here: a match on a later frame does not carry over (without camera motion
         # nothing else makes a new face for this frame)
         return replace(face, matched=False)
+
+
+def _at_the_edge(box: np.ndarray, w: int, h: int) -> bool:
+    """Whether ``box`` reaches the edge of a ``w`` x ``h`` frame."""
+    return bool(box[0] <= 0 or box[1] <= 0 or box[2] >= w or box[3] >= h)
 
 
 def _still(first: TrackedFace, now: TrackedFace) -> bool:

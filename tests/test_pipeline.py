@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -80,6 +82,44 @@ def test_lookahead_redraws_a_moving_face_back_fill_along_its_way() -> None:
         assert (box[1], box[3]) == pytest.approx((BOX[1], BOX[3]))  # it moved along x alone
     growing = _backfilled_boxes([0.0, 12.0, 24.0], grow=[0.0, 15.0, 30.0])  # 100 -> 130 px tall
     assert all(b[2] - b[0] > 80.0 and b[2] > BOX[2] for b in growing)
+
+
+def _weak_backfill(after: dict[int, TrackedFace | None]) -> list[int]:
+    """A track first detected weakly (0.4) on frame 10 of a 10-frame buffer, then shown as ``after`` gives
+    ({frame: its face there}; frames not given show it held between runs, None: not at all, from there on):
+    the frames before 10 its back-fill covers, as rendered."""
+    from streamdeid.lookahead import CONFIRM_SHORT
+
+    assert CONFIRM_SHORT == 4
+    buf = LookaheadBuffer(10, confirm_below=0.6)
+    out, gone = [], False
+    for i in range(16):
+        if i in after and after[i] is None:
+            gone = True
+        face = None if gone or i < 10 else after.get(i, replace(_face(7), state="held", between_runs=True))
+        if i == 10:
+            face = replace(_face(7), score=0.4)
+        out += list(buf.push(_result(i, [face] if face is not None else [])))
+    out += list(buf.drain())
+    return [r.frame.index for r in out[:10] if r.faces]
+
+
+def test_lookahead_back_fills_a_weak_first_detection_deeper_once_found_again() -> None:
+    """A track first detected weakly is back-filled CONFIRM_SHORT frames at once; the frames before wait for
+    its next detection (then drawn), or for its end inside the picture (then left: a box seen once, most
+    likely no face). Undecided, or gone at the frame's edge, they are drawn (fails closed)."""
+    full, short = list(range(10)), [0, 6, 7, 8, 9]  # frame 0 leaves the buffer as frame 10 comes: drawn
+    assert _weak_backfill({12: replace(_face(7), score=0.5)}) == full  # found again by the next run
+    assert _weak_backfill({14: None}) == [0, 1, 2, 3, 6, 7, 8, 9]  # frames 1-3 left the buffer before it ended
+    assert _weak_backfill({11: None}) == short  # ended inside the picture one frame on
+    assert _weak_backfill({}) == full  # held to the end: undecided
+    edge = TrackedFace(7, [280, 80, 330, 180], LM, 0.4, "held", between_runs=True)  # past the 320 px frame's edge
+    assert _weak_backfill({11: edge, 12: None}) == full
+    inside = replace(_face(7), state="held", between_runs=True)
+    assert _weak_backfill({11: inside, 12: None}) == [0, 1, 6, 7, 8, 9]  # gone inside the picture
+    strong = LookaheadBuffer(10, confirm_below=0.6)  # a sure first detection: back-filled whole at once
+    out = [r for i in range(11) for r in strong.push(_result(i, [_face(7)] if i == 10 else []))]
+    assert [r.frame.index for r in out + list(strong.drain()) if r.faces] == list(range(11))
 
 
 def test_lookahead_stops_at_scene_cut() -> None:

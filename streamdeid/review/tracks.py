@@ -153,7 +153,8 @@ def _track(source: str, config: PipelineConfig, plan: EditPlan | None, take: Cal
 
     with open_source(source) as src:
         fps = src.pace  # as the run paced it (run/video.py)
-        buffer = LookaheadBuffer(round(config.lookahead_seconds * fps), match_templates=config.track.match_templates)
+        buffer = LookaheadBuffer(round(config.lookahead_seconds * fps), match_templates=config.track.match_templates,
+                                 confirm_below=config.track.high_score)
         stage = FaceStage(config, fps, guarded=guarded, lookahead_frames=buffer.capacity,
                           added=plan.adds if plan is not None else None)
         times = StageTimes()
