@@ -3,6 +3,7 @@
 
     python benchmarks/precision.py                    # surveillance clips, hamilton, real-crowd pans
     python benchmarks/precision.py --split            # also: the off-face area split by kind of cover
+    python benchmarks/precision.py --split --by-track 15 ../shared/media/short_hamilton_clip.mp4   # and by track
     python benchmarks/precision.py --code /tmp/base --out /tmp/precision-base     # an older commit
     python benchmarks/precision.py ../shared/media/store-aisle-detection.mp4 pan:crowd_parade.jpg
 
@@ -33,7 +34,8 @@ solid``): a fill changes every pixel it covers, so area is judged by pixels (blu
 changes few). Also printed per medium: the whole frame area changed, the references covered (recall,
 as recall.py counts it) and the wall time of each tool. ``--split`` runs the pipeline once more in
 process on the decoded frames and splits the off-reference pixels by the kind of cover that owns them
-(benchmarks/cover_area.py's kinds). Writes precision.json and sheet_<medium>.png (the frames with the
+(benchmarks/cover_area.py's kinds); ``--by-track N`` also prints the N tracks that cost most there, each with
+its frames, its detections (first frame and score, best score) and its share by kind. Writes precision.json and sheet_<medium>.png (the frames with the
 most over-cover: input with reference regions in green, with --compare an earlier run's output of the
 same frames, streamdeid, deface) to --out. Nothing is asserted.
 """
@@ -233,14 +235,16 @@ def run_tools(job: dict, args) -> dict:
         if args.code is None:
             entry["tracking_pass"] = tracking_pass(job["pan"])
     if args.split:
-        entry["split"] = split_area(clip, boxes_of, args.grow)
+        entry["split"], entry["by_track"] = split_area(clip, boxes_of, args.grow, args.by_track)
     sheet(job, clip, ours, theirs if "over_cover" in entry.get("deface", {}) else None, boxes_of, entry, args)
     return entry
 
 
-def split_area(clip: Path, boxes_of: dict[int, list], grow: float) -> dict[str, float]:
+def split_area(clip: Path, boxes_of: dict[int, list], grow: float,
+               by_track: int = 0) -> tuple[dict[str, float], list[dict]]:
     """The pipeline in process on the clip's decoded frames (solid): the share of the frame each kind of
-    cover changes outside every head region (owned pixels, as benchmarks/cover_area.py counts them)."""
+    cover changes outside every head region (owned pixels, as benchmarks/cover_area.py counts them), and the
+    ``by_track`` tracks that change most there (see track_rows)."""
     from dataclasses import replace
 
     from cover_area import kind
@@ -255,6 +259,7 @@ def split_area(clip: Path, boxes_of: dict[int, list], grow: float) -> dict[str, 
     config = replace(config, anonymize=replace(config.anonymize, method="solid"))
     pixels: dict[str, int] = {}
     frame_px = [0]  # pixels of every frame seen
+    tracks: dict[int, dict] = {}  # track id -> {"frames": [...], "detections": [(frame, score)], "kinds": {kind: px}}
 
     def observe(result, pasted) -> None:
         shape = result.frame.image.shape[:2]
@@ -264,10 +269,30 @@ def split_area(clip: Path, boxes_of: dict[int, list], grow: float) -> dict[str, 
             x, y, rw, rh = p.roi
             off = int((p.owned & outside[y:y + rh, x:x + rw]).sum())
             pixels[kind(p.face)] = pixels.get(kind(p.face), 0) + off
+            t = tracks.setdefault(p.face.track_id, {"frames": [], "detections": [], "kinds": {}})
+            t["frames"].append(result.frame.index)
+            if p.face.state == "detected":
+                t["detections"].append((result.frame.index, round(float(p.face.score), 2)))
+            t["kinds"][kind(p.face)] = t["kinds"].get(kind(p.face), 0) + off
 
     process_frames((Frame(t, img, t, None) for t, img in read_frames(clip)), config, build_renderer(config),
                    fps=clip_fps(clip), emit=lambda _f: None, observers=[observe], summary=RunSummary())
-    return {k: round(v / frame_px[0], 5) for k, v in sorted(pixels.items())}
+    return {k: round(v / frame_px[0], 5) for k, v in sorted(pixels.items())}, track_rows(tracks, frame_px[0], by_track)
+
+
+def track_rows(tracks: dict[int, dict], frame_px: int, n: int) -> list[dict]:
+    """The ``n`` tracks whose covers change most off every reference: id, share of the frame (mean over the
+    clip's frames), its first and last frame, detections (count, first frame and score, best score), share by
+    kind of cover. Where a clip's over-cover comes from, face by face (the ninth step of docs/precision.md)."""
+    rows = []
+    for tid, t in tracks.items():
+        dets = t["detections"]
+        rows.append({"track": tid, "off": round(sum(t["kinds"].values()) / frame_px, 5),
+                     "frames": [min(t["frames"]), max(t["frames"])], "detections": len(dets),
+                     "first": dets[0] if dets else None, "best": max((d[1] for d in dets), default=None),
+                     "kinds": {k: round(v / frame_px, 5) for k, v in sorted(t["kinds"].items(), key=lambda kv: -kv[1])
+                               if v}})
+    return sorted(rows, key=lambda r: -r["off"])[:n]
 
 
 def sheet(job: dict, clip: Path, ours: Path, theirs: Path | None, boxes_of, entry: dict, args) -> None:
@@ -326,6 +351,12 @@ def print_table(results: dict[str, dict]) -> None:
         if "split" in e:
             print(f"{'':40s} off-reference area by cover: "
                   + ", ".join(f"{k} {100 * v:.2f}%" for k, v in e["split"].items()))
+        for r in e.get("by_track", []):
+            first = f"first {r['first'][1]:.2f} on frame {r['first'][0]}, best {r['best']:.2f}" if r["first"] else \
+                "never detected"
+            print(f"{'':40s}   track {r['track']}: {100 * r['off']:.2f}%, frames {r['frames'][0]}-{r['frames'][1]}, "
+                  f"{r['detections']} detection{'s' if r['detections'] != 1 else ''} ({first}); "
+                  + ", ".join(f"{k} {100 * v:.2f}" for k, v in r["kinds"].items()))
 
 
 def parse_args() -> argparse.Namespace:
@@ -347,6 +378,8 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--no-deface", action="store_true")
     ap.add_argument("--deface-python", default=None, help="Python of a venv with deface (default ~/venv-deface)")
     ap.add_argument("--split", action="store_true", help="also split the off-reference area by kind of cover")
+    ap.add_argument("--by-track", type=int, default=0, metavar="N",
+                    help="with --split: also the N tracks whose covers change most off every reference")
     ap.add_argument("--sheet-frames", type=int, default=4)
     ap.add_argument("--compare", type=Path, default=None,
                     help="the --out of an earlier run (e.g. --code on an older commit): its outputs of the same "
