@@ -51,6 +51,13 @@ from .types import FrameResult, TrackedFace, box_centres, longest_sides
 
 STILL_SHARE = 0.1  # of the face's size: a face that moved less after its first detection is still
 STILL_WITHIN = (2, 6)  # frames after the first detection in which a detection can show it still
+# A frame whose camera motion is unknown (camera_motion.py: no trustworthy estimate) counts as this many more
+# frames of widening for a back-fill that crosses it, settled or not (its next detections say how the face moves
+# now, not how the camera moved unseen). On short_hamilton_clip.mp4 a dark audience face
+# at the left edge, first detected at frame 52 at 0.56, had moved 25 px from where the back-fill put it on frame
+# 45 while the camera panned unseen (the performer's head crossing the frame outvoted the dim audience): SFace
+# matched it there in the default output (tests/test_privacy_e2e.py).
+UNSURE_FRAMES = 1
 # back-filled frames drawn at once for a track first detected weakly; the rest waits (see the top)
 CONFIRM_SHORT = 4
 SEEN_FRAMES = 600  # a track unseen this long is forgotten by _seen (tracks are remembered for seconds)
@@ -63,8 +70,9 @@ class _Backfill:
 
     first: TrackedFace
     frames_since: int = 0
-    # (the earlier frame, the cover added there, the face unwidened, frames back from the first detection)
-    covers: list[tuple[FrameResult, TrackedFace, TrackedFace, int]] = field(default_factory=list)
+    # (the earlier frame, the cover added there, the face unwidened, frames back from the first detection, frames
+    # crossed whose camera motion is unknown)
+    covers: list[tuple[FrameResult, TrackedFace, TrackedFace, int, int]] = field(default_factory=list)
 
 
 class LookaheadBuffer:
@@ -74,9 +82,8 @@ class LookaheadBuffer:
         self.confirm_below = confirm_below
         self._buf: deque[FrameResult] = deque()
         self._unsettled: dict[int, _Backfill] = {}  # track id -> its widened back-fill, still or not unknown yet
-        # track id -> its back-filled covers waiting for its next detector run: (earlier frame, cover, the face
-        # unwidened, frames back from the first detection); see the top
-        self._pending: dict[int, list[tuple[FrameResult, TrackedFace, TrackedFace, int]]] = {}
+        # track id -> the frames of its back-fill past CONFIRM_SHORT, drawn but not yet decided (see the top)
+        self._pending: dict[int, list[FrameResult]] = {}
         self._seen: dict[int, int] = {}  # track id -> frames pushed when it was last shown (see SEEN_FRAMES)
         self._pushed = 0
         self._last: dict[int, TrackedFace] = {}  # a pending track's face on the newest frame that showed it
@@ -106,44 +113,35 @@ class LookaheadBuffer:
             yield self._leaving()
 
     def _leaving(self) -> FrameResult:
-        """The oldest frame, handed on to be rendered, with every back-fill still pending on it drawn (fails
-        closed: undecided is covered)."""
+        """The oldest frame, handed on to be rendered: a back-fill still pending on it stays drawn (fails closed:
+        undecided is covered)."""
         result = self._buf.popleft()
-        for tid, covers in list(self._pending.items()):
-            for cover in [c for c in covers if c[0] is result]:
-                self._draw(tid, cover)
-                covers.remove(cover)
-            if not covers:
+        for tid, frames in list(self._pending.items()):
+            frames[:] = [r for r in frames if r is not result]
+            if not frames:
                 del self._pending[tid]
         return result
 
     def _confirm(self, result: FrameResult) -> None:
-        """Decide the pending back-fill (see the top) with ``result``: drawn when a detection continued the track,
-        at a scene cut and when the track ended at the frame's edge; dropped when it ended inside the picture."""
+        """Decide the pending back-fill (see the top) with ``result``: kept when a detection continued the track,
+        at a scene cut and when the track ended at the frame's edge; taken off its frames when it ended inside
+        the picture."""
         if not self._pending:
             return
         state = {f.track_id: f for f in result.faces}
         h, w = result.frame.image.shape[:2]
         for tid in list(self._pending):
             face = state.get(tid)
-            # drawn: found again; at a cut (undecided); gone from a box at the frame's edge (it may have left)
+            # kept: found again; at a cut (undecided); gone from a box at the frame's edge (it may have left)
             if result.scene_cut or (face is not None and face.state == "detected") or \
                     (face is None and _at_the_edge(self._last[tid].box, w, h)):
-                for cover in self._pending.pop(tid):
-                    self._draw(tid, cover)
-            elif face is None:  # gone inside the picture: closer looks found no face there, or a copy's hold ended
                 del self._pending[tid]
+            elif face is None:  # gone inside the picture: closer looks found no face there, or a copy's hold ended
+                for earlier in self._pending.pop(tid):  # (settled or not: the covers are the track's back-fill)
+                    earlier.faces[:] = [f for f in earlier.faces if f.track_id != tid or f.state != "backfilled"]
             else:
                 self._last[tid] = face
         self._last = {tid: f for tid, f in self._last.items() if tid in self._pending}
-
-    def _draw(self, tid: int, cover: tuple[FrameResult, TrackedFace, TrackedFace, int]) -> None:
-        """Put a back-filled ``cover`` (see _pending) on its frame; a widened one may still be settled."""
-        earlier, drawn, face, back = cover
-        earlier.faces.append(drawn)
-        fill = self._unsettled.get(tid)
-        if fill is not None and not face.matched:
-            fill.covers.append(cover)
 
     def _backfill(self, faces: list[TrackedFace], first: FrameResult) -> None:
         """Walk back from the newest buffered frame; stop at a scene cut, since the
@@ -161,27 +159,26 @@ class LookaheadBuffer:
         # first seen now, weakly: back-fill past CONFIRM_SHORT frames waits (see the top)
         doubtful = {tid for tid, f in firsts.items() if f.score < self.confirm_below and tid not in self._seen}
         here, later = faces, first
+        unsure = 0  # frames crossed whose camera motion is unknown (see UNSURE_FRAMES)
         for back, earlier in enumerate(reversed(self._buf), start=1):
             if later.motion is not None:
                 inverse = invert(later.motion)
                 here = [f.moved(inverse) for f in here]
+            unsure += later.motion_unsure
             present = {f.track_id for f in earlier.faces}
             here = [f for f in here if f.track_id not in present]
             if not here:
                 return
             here = [self._found(f, templates.get(f.track_id), earlier) for f in here]
             for f in here:
-                drawn = f if f.matched else f.widened(back, "backfilled")
+                drawn = f if f.matched else f.widened(back + UNSURE_FRAMES * unsure, "backfilled")
+                earlier.faces.append(drawn)  # (a pending one too: drawn in the same order, taken off if dropped)
                 if f.track_id in doubtful and back > CONFIRM_SHORT:
-                    self._pending.setdefault(f.track_id, []).append((earlier, drawn, f, back))
+                    self._pending.setdefault(f.track_id, []).append(earlier)
                     self._last[f.track_id] = firsts[f.track_id]
-                    if not f.matched:  # settled too once drawn (_draw)
-                        self._unsettled.setdefault(f.track_id, _Backfill(firsts[f.track_id]))
-                    continue
-                earlier.faces.append(drawn)
                 if not f.matched and f.track_id in firsts:
                     self._unsettled.setdefault(f.track_id, _Backfill(firsts[f.track_id])).covers.append(
-                        (earlier, drawn, f, back))
+                        (earlier, drawn, f, back, unsure))
             if earlier.scene_cut:
                 return
             later = earlier
@@ -202,9 +199,9 @@ class LookaheadBuffer:
                     # [2] px a frame, in this frame's pixels (the first detection came along the camera's motion)
                     velocity = np.zeros(2) if still else \
                         (box_centres(now.box) - box_centres(fill.first.box)) / fill.frames_since
-                    for earlier, drawn, unwidened, back in fill.covers:
+                    for earlier, drawn, unwidened, back, unsure in fill.covers:
                         if any(r is earlier for r in self._buf):  # not yet handed on to be rendered
-                            _redraw(earlier, drawn, _on_its_way(unwidened, drawn, -back * velocity))
+                            _redraw(earlier, drawn, _on_its_way(unwidened, drawn, -back * velocity, unsure))
                 del self._unsettled[tid]
 
     @staticmethod
@@ -237,15 +234,20 @@ def _size(face: TrackedFace) -> float:
     return max(float(longest_sides(face.box[None])[0]), 1.0)
 
 
-def _on_its_way(face: TrackedFace, drawn: TrackedFace, shift: np.ndarray) -> TrackedFace:
+def _on_its_way(face: TrackedFace, drawn: TrackedFace, shift: np.ndarray, unsure: int = 0) -> TrackedFace:
     """``face`` (unwidened, at its first detection's box carried back) redrawn over its box and its box moved
     by ``shift`` ([2] px: where it was had it moved as it moves now), within ``drawn`` (the widened cover it
-    replaces), with the margin of a face between two detector runs. Zero ``shift``: the face as it is."""
+    replaces), with the margin of a face between two detector runs. Zero ``shift``: the face as it is. Carried
+    back over ``unsure`` frames whose camera motion is unknown, it is widened by UNSURE_FRAMES for each (the
+    camera may have moved it that much further)."""
     box = np.asarray(face.box, np.float64)
     way = np.concatenate([np.minimum(box[:2], box[:2] + shift), np.maximum(box[2:], box[2:] + shift)])
     within = np.concatenate([np.maximum(way[:2], drawn.box[:2]), np.minimum(way[2:], drawn.box[2:])])
     moved = box_centres(within) - box_centres(box)  # [2] the landmarks follow the box's centre
-    return replace(face, box=within, landmarks=face.landmarks + moved, state="backfilled", between_runs=True)
+    face = replace(face, box=within, landmarks=face.landmarks + moved)
+    if unsure:
+        face = face.widened(UNSURE_FRAMES * unsure, "backfilled")
+    return replace(face, state="backfilled", between_runs=True)
 
 
 def _redraw(result: FrameResult, drawn: TrackedFace, face: TrackedFace) -> None:

@@ -61,6 +61,7 @@ class CameraStep:
     # the input's last frame (Pipeline.run knows it a frame ahead): it gets a detector run, as no later run
     # can back-fill it (a face shown on the last frame only, at an odd index, was left bare: red team round 5)
     last: bool = False
+    unsure: bool = False  # no motion known, though the camera may have moved (camera_motion.py)
 
 
 class FaceStage:
@@ -123,7 +124,8 @@ class FaceStage:
         to ``__call__``. The motion comes first: a fast pan changes the whole picture, and only the motion
         tells it from a cut (scenecut.py). ``last``: the input's last frame (pipeline.flag_last)."""
         motion = self.camera(image) if self.camera is not None else None
-        return CameraStep(motion, self.scene_cut(image, motion), last)
+        unsure = self.camera is not None and self.camera.unsure
+        return CameraStep(motion, self.scene_cut(image, motion), last, unsure)
 
     def __call__(self, frame: Frame, times: StageTimes, *, force_cut: bool = False,
                  step: CameraStep | None = None) -> FrameResult:
@@ -200,7 +202,7 @@ class FaceStage:
             self._countdown = self.every - 1  # a tracked face: back to the tracking cadence
         times.add("detect", t1 - t0 - camera_s)
         times.add("track", time.perf_counter() - t1 + camera_s)
-        return FrameResult(frame, faces, scene_cut=cut, motion=motion)
+        return FrameResult(frame, faces, scene_cut=cut, motion=motion, motion_unsure=step.unsure and not cut)
 
     @staticmethod
     def _provisional(dets: Detections, scan: bool, floor: float) -> np.ndarray:

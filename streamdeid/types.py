@@ -217,6 +217,7 @@ class FrameResult:
     scene_cut: bool = False  # the picture changed wholesale since the previous frame
     # [2, 3] camera motion from the previous frame to this one (track/camera_motion.py); None: none known
     motion: np.ndarray | None = None
+    motion_unsure: bool = False  # no motion known, though the camera may have moved (camera_motion.py)
     kept: list[TrackedFace] = field(default_factory=list)  # --keep/--only: faces left visible (not rendered)
     # tracks the detector was sure of (score >= TrackConfig.high_score) by the time this frame left the
     # look-ahead buffer, the frames after it included (Pipeline._take): a weak track that turns out to be a

@@ -44,9 +44,23 @@ def test_pan_is_measured_to_a_fraction_of_a_pixel(still):
 def test_still_camera_and_cut_give_no_motion(still):
     cam = CameraMotion()
     cam(window(still, 40, 30))
-    assert cam(window(still, 40, 30)) is None
+    assert cam(window(still, 40, 30)) is None and not cam.unsure  # still: no motion, and that is known
     cam.reset()
-    assert cam(window(still, 0, 0)) is None
+    assert cam(window(still, 0, 0)) is None and not cam.unsure
+
+
+def test_a_motion_no_estimate_explains_is_unknown_not_none(still):
+    """Strips of the picture each moving its own way (no motion most of it shares; hamilton's performer crossed
+    its dim audience so): no trustworthy estimate, reported as None and ``unsure``."""
+    cam = CameraMotion()
+    a = window(still, 40, 30)
+    cam(a)
+    shifts = (-24, 16, -8, 24, -16, 8)  # px each 1280 / 6 wide strip moves
+    strips = [window(still, 40 - dx, 30)[:, k * 1280 // 6:(k + 1) * 1280 // 6] for k, dx in enumerate(shifts)]
+    assert cam(np.concatenate(strips, axis=1)) is None and cam.unsure
+    cam.reset()
+    cam(a)
+    assert cam(window(still, 37, 30)) is not None and not cam.unsure  # a pan: known
 
 
 def test_zoom_is_measured(still):
@@ -127,6 +141,28 @@ def test_backfill_follows_the_camera_back():
         assert f.state == "backfilled"
         # frame k saw the face (3 - k) * 10 px further right
         assert abs((f.box[0] + f.box[2]) / 2 - (300 + 10 * (3 - k))) < 1e-3
+
+
+def test_backfill_over_frames_of_unknown_motion_is_widened(media):
+    """A back-fill that crosses frames whose camera motion is unknown is drawn wider for each, settled or not:
+    the camera may have moved the face that much further (hamilton's dark audience face at the left edge,
+    bare on frame 45 of the default output)."""
+    def backfill(unsure: bool) -> list[float]:
+        buf = LookaheadBuffer(8)
+        box = face(300, 100, h=40)
+        out = []
+        for i in range(12):
+            faces = [TrackedFace(7, box, landmarks_for(box), 0.9)] if i in (6, 8, 10) else []
+            result = FrameResult(Frame(i, np.zeros((8, 8, 3), np.uint8), None, None), faces,
+                                 motion_unsure=unsure and 3 <= i <= 6)
+            out += list(buf.push(result))
+        out += list(buf.drain())
+        return [float(f.box[2] - f.box[0]) for r in out[:6] for f in r.faces]  # frames 0-5, back-filled
+
+    sure, unsure = backfill(False), backfill(True)
+    assert sure == pytest.approx([32.0] * 6)  # a still face: settled at its box
+    assert all(u > s for u, s in zip(unsure, sure))
+    assert unsure[0] > unsure[5]  # frames 0-2 lie past all four frames of unknown motion, frame 5 past one
 
 
 def test_panning_crowd_keeps_one_track_per_face(media):

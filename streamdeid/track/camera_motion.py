@@ -16,7 +16,11 @@ the look-ahead buffer carries back-filled covers back along it.
 Costs about 3 ms a frame at WORK_WIDTH on this project's 2-core machine.
 An estimate that is not trustworthy (too few points followed, too few RANSAC
 inliers, an implausible scale) is reported as no motion (None): the tracker
-then behaves exactly as without compensation.
+then behaves exactly as without compensation. ``unsure`` then says the motion is
+unknown rather than none (a still camera, the first frame): on hamilton's dim
+audience shots, while the performer's head crossed the frame, the camera panned a
+few px a frame unseen, and the look-ahead widens and keeps a back-fill that crosses
+such frames (lookahead.py).
 """
 
 from __future__ import annotations
@@ -40,6 +44,8 @@ class CameraMotion:
         self._prev: np.ndarray | None = None  # [h, w] uint8 grey, downscaled
         self._points: np.ndarray | None = None  # [N, 1, 2] float32 corners of _prev
         self._scale = 1.0  # downscale factor (work px per frame px)
+        self.unsure = False  # the last call's None was no trustworthy estimate (motion unknown), not a still camera
+        self._still = False  # the last estimate was under STILL_PX
 
     def reset(self) -> None:
         """Forget the previous frame (a scene cut: the next frame is not a continuation)."""
@@ -56,12 +62,19 @@ class CameraMotion:
         prev, points = self._prev, self._points
         self._prev = grey
         self._points = cv2.goodFeaturesToTrack(grey, MAX_CORNERS, 0.01, 5, blockSize=3)
-        if prev is None or points is None or prev.shape != grey.shape or len(points) < MIN_POINTS:
+        self.unsure = False
+        if prev is None or prev.shape != grey.shape:
             return None
-        return self._estimate(prev, grey, points, (w, h))
+        if points is None or len(points) < MIN_POINTS:
+            self.unsure = True  # too little texture to follow (a dark frame): the motion is unknown
+            return None
+        m = self._estimate(prev, grey, points, (w, h))
+        self.unsure = m is None and not self._still
+        return m
 
     def _estimate(self, prev: np.ndarray, grey: np.ndarray, points: np.ndarray,
                   size: tuple[int, int]) -> np.ndarray | None:
+        self._still = False
         moved, status, _ = cv2.calcOpticalFlowPyrLK(prev, grey, points, None, winSize=(21, 21), maxLevel=3)
         ok = status.reshape(-1).astype(bool)
         if int(ok.sum()) < MIN_POINTS:
@@ -78,6 +91,7 @@ class CameraMotion:
         w, h = size
         corners = np.array([[0, 0], [w, 0], [0, h], [w, h]], np.float64)
         if np.abs(apply(m, corners) - corners).max() < STILL_PX:
+            self._still = True
             return None
         return m
 
