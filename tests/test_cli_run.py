@@ -473,6 +473,11 @@ def test_a_zoom_centred_on_a_face_covers_it_whole_once_it_overflows(tmp_path: Pa
         boxes = [(r.left(), r.top(), r.right(), r.bottom()) for r in hog(cv2.cvtColor(img, cv2.COLOR_BGR2RGB), 1)]
         man = [np.array(b, np.float64) for b in boxes if b[0] > w / 2]  # the man, on the right
         truth.append(None if not man else np.tile(zoom[:, :2].diagonal(), 2) * man[0] + np.tile(zoom[:, 2], 2))
+    # +-1 level of noise (seed 1): one of the encodings on which the runs boxed his eyes and nose weakly (0.40-0.42)
+    # and a third of the frame wide on frames 25 and 27; drawn at those boxes, half his face box was bare on frames
+    # 25-28 (x264's output varies from process to process, so the clean clip failed now and then in CI)
+    rng = np.random.default_rng(1)
+    frames = [np.clip(f.astype(np.int16) + rng.integers(-1, 2, f.shape), 0, 255).astype(np.uint8) for f in frames]
     src = make_video(tmp_path / "zoom.mp4", frames, fps=12)
     out = tmp_path / "out.mp4"
     proc = run_cli("run", str(src), "-o", str(out), "--anonymizer", "solid", "--no-progress")

@@ -116,8 +116,11 @@ CLOSE_UP_HOLD_SECONDS = 3.0
 # a close talking head or a selfie that the detector keeps finding is covered at its own size.
 CLOSE_UP_COVER = 2.0
 # A close-up that a detection scoring under TrackConfig.high_score continues (``_Track.shaky``) is drawn over the
-# frame too, on that frame and until the next run: a face larger than the frame is boxed weakly by part of it (an
-# eye and the nose), and the box lies off the face's middle. On the zoom into the head-pose clip such boxes
+# frame too, on that frame and until the next run, and stays a close-up even when that box is smaller than the
+# frame (only a sure detection brings it back to its size): a face larger than the frame is boxed weakly by part of
+# it (an eye and the nose), and the box lies off the face's middle. On noisy encodings of the zoom centred on the
+# man, boxes of 0.40-0.42 a third of the frame wide took his track back to that size, and half his face box was
+# bare on frames 25-28. On the zoom into the head-pose clip such boxes
 # (0.28-0.44) left the mouth's corner, the cheek and the beard bare on 4-6 of 40 frames; how many moved with the
 # input's encoding (tests/test_cli_run.py::test_a_face_zoomed_closer_than_the_frame_stays_covered). So is one whose
 # box reaches past the frame's edge by more than SHAKY_CUT of its size: on a zoom centred on the man's face, some
@@ -390,9 +393,10 @@ class FaceTracker:
     def _spotted(self, t: _Track, box: np.ndarray, score: float, frame_size: tuple[int, int] | None) -> None:
         """A detection (``box``, ``score``) continued or started ``t``: is it a close-up, and is it shaky (a
         close-up before and now, found under high_score or boxed past the frame's edge: see SHAKY_CUT)?"""
-        was = t.close_up
-        t.close_up = frame_size is not None and _spans(box, frame_size)
-        t.shaky = was and t.close_up and (score < self.config.high_score or _cut_off(box, frame_size))
+        was, weak = t.close_up, score < self.config.high_score
+        # a weak box does not bring a close-up back to its size: it frames part of the face (see SHAKY_CUT)
+        t.close_up = frame_size is not None and (_spans(box, frame_size) or (was and weak))
+        t.shaky = was and t.close_up and (weak or _cut_off(box, frame_size))
 
     @staticmethod
     def _detected(t: _Track, box: np.ndarray, landmarks: np.ndarray, score: float,
