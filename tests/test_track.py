@@ -103,9 +103,16 @@ def test_a_close_up_found_weakly_is_drawn_over_the_frame_until_a_sure_detection(
     # sure and 3% past the top and bottom (a close talking head the frame holds whole): at its box
     (f,) = tracker.update(dets([np.array([144, -8, 356, 278], np.float32)]), frame_size=size)
     assert f.state == "detected" and f.box[0] == 144
-    # a weak box on a face that was no close-up: at its box
+    # a weak box on a face that was no close-up: at its box; one that spans the frame: at its box on a track never
+    # sure, over the frame on a face once found surely (it grew into a close-up, boxed weakly by part of it)
     tracker = FaceTracker(fps=10.0, config=TrackConfig())
-    tracker.update(dets([face(240, 135, h=200.0)]), frame_size=size)
+    tracker.update(dets([face(240, 135, h=150.0)]), frame_size=size)
+    (f,) = tracker.update(dets([face(240, 135, h=200.0)], np.array([0.35])), frame_size=size)
+    assert f.state == "detected" and f.box[0] > 0 and f.box[2] < size[0]
+    (f,) = tracker.update(dets([face(230, 135, h=250.0)], np.array([0.35])), frame_size=size)
+    assert f.box[0] < 0 and f.box[2] > size[0] and f.track_id == 1
+    tracker = FaceTracker(fps=10.0, config=TrackConfig())
+    tracker.update(dets([face(240, 135, h=150.0)], np.array([0.35])), frame_size=size)
     (f,) = tracker.update(dets([face(240, 135, h=250.0)], np.array([0.35])), frame_size=size)
     assert f.state == "detected" and f.box[0] > 0 and f.box[2] < size[0]
     # a weak box smaller than the frame on a close-up (part of the face, as on noisy encodings of the zoom centred

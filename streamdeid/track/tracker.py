@@ -120,7 +120,9 @@ CLOSE_UP_COVER = 2.0
 # frame (only a sure detection brings it back to its size): a face larger than the frame is boxed weakly by part of
 # it (an eye and the nose), and the box lies off the face's middle. On noisy encodings of the zoom centred on the
 # man, boxes of 0.40-0.42 a third of the frame wide took his track back to that size, and half his face box was
-# bare on frames 25-28. On the zoom into the head-pose clip such boxes
+# bare on frames 25-28. A face once found at high_score or more that a weak box spanning the frame continues (it grew
+# into a close-up: the zoom at x=330 with noise, 0.35 on frame 15, 41% of the frame bare on frames 15-16) is drawn
+# over the frame as well; a weak box spanning the frame that starts a track, or continues one never sure, is not. On the zoom into the head-pose clip such boxes
 # (0.28-0.44) left the mouth's corner, the cheek and the beard bare on 4-6 of 40 frames; how many moved with the
 # input's encoding (tests/test_cli_run.py::test_a_face_zoomed_closer_than_the_frame_stays_covered). So is one whose
 # box reaches past the frame's edge by more than SHAKY_CUT of its size: on a zoom centred on the man's face, some
@@ -394,9 +396,10 @@ class FaceTracker:
         """A detection (``box``, ``score``) continued or started ``t``: is it a close-up, and is it shaky (a
         close-up before and now, found under high_score or boxed past the frame's edge: see SHAKY_CUT)?"""
         was, weak = t.close_up, score < self.config.high_score
-        # a weak box does not bring a close-up back to its size: it frames part of the face (see SHAKY_CUT)
+        # a weak box does not bring a close-up back to its size: it frames part of the face (see SHAKY_CUT); nor
+        # is a face once found surely drawn at a weak box that spans the frame as it grows into a close-up
         t.close_up = frame_size is not None and (_spans(box, frame_size) or (was and weak))
-        t.shaky = was and t.close_up and (weak or _cut_off(box, frame_size))
+        t.shaky = t.close_up and ((weak and (was or t.sure)) or (was and _cut_off(box, frame_size)))
 
     @staticmethod
     def _detected(t: _Track, box: np.ndarray, landmarks: np.ndarray, score: float,
