@@ -35,9 +35,9 @@ changes few). Also printed per medium: the whole frame area changed, the referen
 as recall.py counts it) and the wall time of each tool. ``--split`` runs the pipeline once more in
 process on the decoded frames and splits the off-reference pixels by the kind of cover that owns them
 (benchmarks/cover_area.py's kinds); ``--by-track N`` also prints the N tracks that cost most there, each with
-its frames, its detections (first frame and score, best score) and its share by kind. Writes precision.json and sheet_<medium>.png (the frames with the
-most over-cover: input with reference regions in green, with --compare an earlier run's output of the
-same frames, streamdeid, deface) to --out. Nothing is asserted.
+its frames, its detections (first frame and score, best score) and its share by kind. Writes precision.json and
+sheet_<medium>.png (the frames with the most over-cover: input with reference regions in green, with --compare an
+earlier run's output of the same frames, streamdeid, deface) to --out. Nothing is asserted.
 """
 
 from __future__ import annotations
@@ -277,7 +277,8 @@ def split_area(clip: Path, boxes_of: dict[int, list], grow: float,
 
     process_frames((Frame(t, img, t, None) for t, img in read_frames(clip)), config, build_renderer(config),
                    fps=clip_fps(clip), emit=lambda _f: None, observers=[observe], summary=RunSummary())
-    return {k: round(v / frame_px[0], 5) for k, v in sorted(pixels.items())}, track_rows(tracks, frame_px[0], by_track)
+    split = {k: round(v / frame_px[0], 5) for k, v in sorted(pixels.items())}
+    return split, track_rows(tracks, frame_px[0], by_track)
 
 
 def track_rows(tracks: dict[int, dict], frame_px: int, n: int) -> list[dict]:

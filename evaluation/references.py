@@ -171,9 +171,10 @@ INTERPOLATE_SIZE_RATIO = 1.5  # a face labelled on two frames has about one size
 
 def interpolate_labels(frames: FrameBoxes, gap: int) -> FrameBoxes:
     """Boxes for the frames between two labelled frames at most ``gap`` apart: a face labelled on both (its
-    centre moved less than its size, at a size within INTERPOLATE_SIZE_RATIO; greedy, nearest first) is placed linearly in between. Hand labels are
-    made every few frames; a precision measure needs every frame's faces, or a cover on a face labelled on
-    frame 70 and 75 counts as off every face on frames 71-74. Only frames strictly between are returned."""
+    centre moved less than its size, at a size within INTERPOLATE_SIZE_RATIO; greedy, nearest first) is placed
+    linearly in between. Hand labels are made every few frames; a precision measure needs every frame's faces, or
+    a cover on a face labelled on frame 70 and 75 counts as off every face on frames 71-74. Only frames strictly
+    between are returned."""
     keys = sorted(frames)
     out: dict[int, list[np.ndarray]] = {}
     for a, b in zip(keys, keys[1:]):

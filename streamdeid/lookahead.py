@@ -45,6 +45,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from .config import TrackConfig
 from .track.appearance import find, moved_to, template_of
 from .track.camera_motion import invert
 from .types import FrameResult, TrackedFace, box_centres, longest_sides
@@ -87,6 +88,11 @@ class LookaheadBuffer:
         self._seen: dict[int, int] = {}  # track id -> frames pushed when it was last shown (see SEEN_FRAMES)
         self._pushed = 0
         self._last: dict[int, TrackedFace] = {}  # a pending track's face on the newest frame that showed it
+
+    @classmethod
+    def for_run(cls, capacity: int, track: TrackConfig) -> "LookaheadBuffer":
+        """The buffer a run uses (Pipeline, and the review's tracking pass, which must cover as the run did)."""
+        return cls(capacity, match_templates=track.match_templates, confirm_below=track.high_score)
 
     def __len__(self) -> int:
         return len(self._buf)

@@ -90,8 +90,7 @@ class Pipeline:
                  edits: EditPlan | None = None) -> None:
         if lookahead_frames is None:
             lookahead_frames = round(config.lookahead_seconds * fps)
-        self.buffer = LookaheadBuffer(lookahead_frames, match_templates=config.track.match_templates,
-                                      confirm_below=config.track.high_score)
+        self.buffer = LookaheadBuffer.for_run(lookahead_frames, config.track)
         # a guard on every frame needs measured landmarks on every frame; a sampling one waits for a detection
         self.faces = FaceStage(config, fps, guarded=renderer.guard is not None and renderer.guard.every == 1,
                                lookahead_frames=self.buffer.capacity, scan_gate=scan_gate,

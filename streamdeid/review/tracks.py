@@ -116,10 +116,9 @@ def track_source(source: str, config: PipelineConfig, progress: Callable[[int], 
 
     def take(result) -> None:
         for face, method in [(f, "") for f in result.faces] + [(f, "kept") for f in result.kept]:
-            b = face.box
-            covers.append(Cover(result.frame.index, int(face.track_id),
-                                (round(float(b[0]), 1), round(float(b[1]), 1), round(float(b[2]), 1), round(float(b[3]), 1)),
-                                round(float(face.score), 4), face.state, method, matched=bool(face.matched)))
+            box = tuple(round(float(v), 1) for v in face.box)
+            covers.append(Cover(result.frame.index, int(face.track_id), box, round(float(face.score), 4), face.state,
+                                method, matched=bool(face.matched)))
         if progress is not None:
             progress(result.frame.index)
 
@@ -153,8 +152,7 @@ def _track(source: str, config: PipelineConfig, plan: EditPlan | None, take: Cal
 
     with open_source(source) as src:
         fps = src.pace  # as the run paced it (run/video.py)
-        buffer = LookaheadBuffer(round(config.lookahead_seconds * fps), match_templates=config.track.match_templates,
-                                 confirm_below=config.track.high_score)
+        buffer = LookaheadBuffer.for_run(round(config.lookahead_seconds * fps), config.track)
         stage = FaceStage(config, fps, guarded=guarded, lookahead_frames=buffer.capacity,
                           added=plan.adds if plan is not None else None)
         times = StageTimes()

@@ -45,7 +45,6 @@ class CameraMotion:
         self._points: np.ndarray | None = None  # [N, 1, 2] float32 corners of _prev
         self._scale = 1.0  # downscale factor (work px per frame px)
         self.unsure = False  # the last call's None was no trustworthy estimate (motion unknown), not a still camera
-        self._still = False  # the last estimate was under STILL_PX
 
     def reset(self) -> None:
         """Forget the previous frame (a scene cut: the next frame is not a continuation)."""
@@ -68,13 +67,15 @@ class CameraMotion:
         if points is None or len(points) < MIN_POINTS:
             self.unsure = True  # too little texture to follow (a dark frame): the motion is unknown
             return None
-        m = self._estimate(prev, grey, points, (w, h))
-        self.unsure = m is None and not self._still
-        return m
+        m = self._estimate(prev, grey, points)
+        if m is None:
+            self.unsure = True
+            return None
+        corners = np.array([[0, 0], [w, 0], [0, h], [w, h]], np.float64)
+        return None if np.abs(apply(m, corners) - corners).max() < STILL_PX else m  # a still camera: known
 
-    def _estimate(self, prev: np.ndarray, grey: np.ndarray, points: np.ndarray,
-                  size: tuple[int, int]) -> np.ndarray | None:
-        self._still = False
+    def _estimate(self, prev: np.ndarray, grey: np.ndarray, points: np.ndarray) -> np.ndarray | None:
+        """The motion in frame pixels, or None where no estimate is trustworthy."""
         moved, status, _ = cv2.calcOpticalFlowPyrLK(prev, grey, points, None, winSize=(21, 21), maxLevel=3)
         ok = status.reshape(-1).astype(bool)
         if int(ok.sum()) < MIN_POINTS:
@@ -88,11 +89,6 @@ class CameraMotion:
             return None
         m = m.astype(np.float64)
         m[:, 2] /= self._scale  # work pixels -> frame pixels (the linear part is scale-free)
-        w, h = size
-        corners = np.array([[0, 0], [w, 0], [0, h], [w, h]], np.float64)
-        if np.abs(apply(m, corners) - corners).max() < STILL_PX:
-            self._still = True
-            return None
         return m
 
 

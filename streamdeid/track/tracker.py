@@ -118,17 +118,17 @@ CLOSE_UP_COVER = 2.0
 # A close-up that a detection scoring under TrackConfig.high_score continues (``_Track.shaky``) is drawn over the
 # frame too, on that frame and until the next run, and stays a close-up even when that box is smaller than the
 # frame (only a sure detection brings it back to its size): a face larger than the frame is boxed weakly by part of
-# it (an eye and the nose), and the box lies off the face's middle. On noisy encodings of the zoom centred on the
-# man, boxes of 0.40-0.42 a third of the frame wide took his track back to that size, and half his face box was
-# bare on frames 25-28. A face once found at high_score or more that a weak box spanning the frame continues (it grew
-# into a close-up: the zoom at x=330 with noise, 0.35 on frame 15, 41% of the frame bare on frames 15-16) is drawn
-# over the frame as well; a weak box spanning the frame that starts a track, or continues one never sure, is not. On the zoom into the head-pose clip such boxes
+# it (an eye and the nose), and the box lies off the face's middle. On the zoom into the head-pose clip such boxes
 # (0.28-0.44) left the mouth's corner, the cheek and the beard bare on 4-6 of 40 frames; how many moved with the
-# input's encoding (tests/test_cli_run.py::test_a_face_zoomed_closer_than_the_frame_stays_covered). So is one whose
-# box reaches past the frame's edge by more than SHAKY_CUT of its size: on a zoom centred on the man's face, some
-# encodings of the clip gave boxes of its eyes and nose at 0.61-0.91, 13% past the frame's left and bottom edges,
-# and half his face box stayed bare on 2-4 frames. A close talking head that the frame holds whole (the selfie
-# test's) reaches 2-4% past the top and bottom, and is drawn at its own size.
+# input's encoding (tests/test_cli_run.py::test_a_face_zoomed_closer_than_the_frame_stays_covered). On noisy
+# encodings of the zoom centred on the man, boxes of 0.40-0.42 a third of the frame wide took his track back to that
+# size, and half his face box was bare on frames 25-28. A face once found at high_score or more that a weak box
+# spanning the frame continues (it grew into a close-up: the zoom at x=330 with noise, 0.35 on frame 15, 41% of the
+# frame bare on frames 15-16) is drawn over the frame as well; a weak box spanning the frame that starts a track, or
+# continues one never sure, is not. So is one whose box reaches past the frame's edge by more than SHAKY_CUT of its
+# size: on a zoom centred on the man's face, some encodings of the clip gave boxes of its eyes and nose at 0.61-0.91,
+# 13% past the frame's left and bottom edges, and half his face box stayed bare on 2-4 frames. A close talking head
+# that the frame holds whole (the selfie test's) reaches 2-4% past the top and bottom, and is drawn at its own size.
 SHAKY_CUT = 0.08
 
 # A track a reviewer's added box starts (--edits) takes its id from here on, so every other track keeps the id it had
@@ -362,7 +362,7 @@ class FaceTracker:
         track_boxes = xyah_to_xyxy(np.stack([t.mean for t in self._tracks])) if self._tracks else np.zeros((0, 4))
         # tracks a detector run missed before any run confirmed them (a weak box seen once): matched last
         doubtful = [ti for ti, t in enumerate(self._tracks) if t.lost_age and not t.confirmed]
-        others = [ti for ti in range(len(self._tracks)) if ti not in set(doubtful)]
+        others = [ti for ti, t in enumerate(self._tracks) if not (t.lost_age and not t.confirmed)]
 
         matched: dict[int, int] = {}  # track index -> detection index
 
