@@ -28,11 +28,13 @@ moving face's is stretched along its way only.
 
 A track first seen now whose first detection is weak (``confirm_below``: under the tracker's high_score)
 is back-filled CONFIRM_SHORT frames at once; its back-fill further back waits ("pending"). A later
-detection of the track draws it. The track's end inside the picture (closer looks found no face at its
-place twice, or it was a copy of another track's face: track/tracker.py) drops it: the box seen once was
-most likely no face (on short_hamilton_clip.mp4 the performer's hands, shoulder and microphone, dark
-patches). Privacy fails closed: a pending cover is drawn when its frame leaves the buffer undecided, at a
-scene cut, and when the track ends at the frame's edge (a face seen once as it left). Dropping it at the
+detection of the track draws it. Closer looks that end its hold inside the picture (they found no face at
+its place twice: FrameResult.looked_gone, track/tracker.py) drop it: the box seen once was most likely no
+face (on short_hamilton_clip.mp4 the performer's hands, shoulder and microphone, dark patches). A hold that
+ends otherwise (it ran out, or the track was a copy of another's face) says nothing of the pixels: drawn. In a file run a frame holding pending back-fill waits up to DECIDE_WAIT frames past the
+capacity for the decision (the back-fill itself reaches no deeper than the capacity). Privacy fails closed: a
+pending cover is drawn when its frame leaves the buffer undecided, at a scene cut, and when the track ends at
+the frame's edge (a face seen once as it left). Dropping it at the
 first run that missed the track instead lost real faces on the crowd pans (a 58 px face entering at the
 bottom edge bare on 7 frames, faces seen once as they left at the left edge).
 """
@@ -61,6 +63,12 @@ STILL_WITHIN = (2, 6)  # frames after the first detection in which a detection c
 UNSURE_FRAMES = 1
 # back-filled frames drawn at once for a track first detected weakly; the rest waits (see the top)
 CONFIRM_SHORT = 4
+# A frame holding pending back-fill waits up to this many frames past the buffer's capacity for the decision (file
+# mode: a live run's latency bound leaves no room, ``decide_wait`` 0 there). The decision comes DOUBTS_TO_END closer
+# looks after the first miss (4 frames at --detect-every 2), or when the hold ends: without the wait the deepest
+# pending frames left the buffer first and stayed drawn (short_hamilton_clip.mp4: a hand seen once at 0.37, its
+# back-fill 15 frames deep, 11 of them pending, 4 of those gone undecided).
+DECIDE_WAIT = 6
 SEEN_FRAMES = 600  # a track unseen this long is forgotten by _seen (tracks are remembered for seconds)
 
 
@@ -77,8 +85,10 @@ class _Backfill:
 
 
 class LookaheadBuffer:
-    def __init__(self, capacity: int, *, match_templates: bool = False, confirm_below: float = 0.0) -> None:
+    def __init__(self, capacity: int, *, match_templates: bool = False, confirm_below: float = 0.0,
+                 decide_wait: int = 0) -> None:
         self.capacity = max(0, int(capacity))
+        self.decide_wait = max(0, int(decide_wait))
         self.match_templates = match_templates
         self.confirm_below = confirm_below
         self._buf: deque[FrameResult] = deque()
@@ -90,9 +100,11 @@ class LookaheadBuffer:
         self._last: dict[int, TrackedFace] = {}  # a pending track's face on the newest frame that showed it
 
     @classmethod
-    def for_run(cls, capacity: int, track: TrackConfig) -> "LookaheadBuffer":
-        """The buffer a run uses (Pipeline, and the review's tracking pass, which must cover as the run did)."""
-        return cls(capacity, match_templates=track.match_templates, confirm_below=track.high_score)
+    def for_run(cls, capacity: int, track: TrackConfig, *, live: bool = False) -> "LookaheadBuffer":
+        """The buffer a run uses (Pipeline, and the review's tracking pass, which must cover as the run did);
+        a ``live`` one never holds a frame past ``capacity`` (its latency bound)."""
+        return cls(capacity, match_templates=track.match_templates, confirm_below=track.high_score,
+                   decide_wait=0 if live else DECIDE_WAIT)
 
     def __len__(self) -> int:
         return len(self._buf)
@@ -111,8 +123,13 @@ class LookaheadBuffer:
         if self._pushed % SEEN_FRAMES == 0:  # bounded on a live feed that runs for days
             self._seen = {tid: n for tid, n in self._seen.items() if self._pushed - n <= SEEN_FRAMES}
         self._buf.append(result)
-        while len(self._buf) > self.capacity:
+        while len(self._buf) > self.capacity and not (len(self._buf) <= self.capacity + self.decide_wait
+                                                       and self._undecided(self._buf[0])):
             yield self._leaving()
+
+    def _undecided(self, result: FrameResult) -> bool:
+        """Whether pending back-fill (see the top) lies on ``result``."""
+        return any(r is result for frames in self._pending.values() for r in frames)
 
     def drain(self) -> Iterator[FrameResult]:
         while self._buf:
@@ -130,8 +147,8 @@ class LookaheadBuffer:
 
     def _confirm(self, result: FrameResult) -> None:
         """Decide the pending back-fill (see the top) with ``result``: kept when a detection continued the track,
-        at a scene cut and when the track ended at the frame's edge; taken off its frames when it ended inside
-        the picture."""
+        at a scene cut, when the track ended at the frame's edge and when its hold ended without closer looks
+        finding it gone; taken off its frames when they did, inside the picture."""
         if not self._pending:
             return
         state = {f.track_id: f for f in result.faces}
@@ -142,7 +159,9 @@ class LookaheadBuffer:
             if result.scene_cut or (face is not None and face.state == "detected") or \
                     (face is None and _at_the_edge(self._last[tid].box, w, h)):
                 del self._pending[tid]
-            elif face is None:  # gone inside the picture: closer looks found no face there, or a copy's hold ended
+            elif face is None and tid not in result.looked_gone:  # its hold ran out, or it was a copy: undecided
+                del self._pending[tid]
+            elif face is None:  # gone inside the picture: closer looks found no face there
                 for earlier in self._pending.pop(tid):  # (settled or not: the covers are the track's back-fill)
                     earlier.faces[:] = [f for f in earlier.faces if f.track_id != tid or f.state != "backfilled"]
             else:
@@ -167,6 +186,8 @@ class LookaheadBuffer:
         here, later = faces, first
         unsure = 0  # frames crossed whose camera motion is unknown (see UNSURE_FRAMES)
         for back, earlier in enumerate(reversed(self._buf), start=1):
+            if back > self.capacity:  # a frame waiting for a decision (DECIDE_WAIT): no deeper than without it
+                return
             if later.motion is not None:
                 inverse = invert(later.motion)
                 here = [f.moved(inverse) for f in here]

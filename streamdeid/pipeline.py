@@ -88,9 +88,10 @@ class Pipeline:
                  batch_frames: int | None = None, admit: Callable[[FrameResult], bool] | None = None,
                  scan_gate: Callable[[], bool] | None = None, render_thread: bool = False,
                  edits: EditPlan | None = None) -> None:
+        live = lookahead_frames is not None
         if lookahead_frames is None:
             lookahead_frames = round(config.lookahead_seconds * fps)
-        self.buffer = LookaheadBuffer.for_run(lookahead_frames, config.track)
+        self.buffer = LookaheadBuffer.for_run(lookahead_frames, config.track, live=live)
         # a guard on every frame needs measured landmarks on every frame; a sampling one waits for a detection
         self.faces = FaceStage(config, fps, guarded=renderer.guard is not None and renderer.guard.every == 1,
                                lookahead_frames=self.buffer.capacity, scan_gate=scan_gate,

@@ -202,7 +202,8 @@ class FaceStage:
             self._countdown = self.every - 1  # a tracked face: back to the tracking cadence
         times.add("detect", t1 - t0 - camera_s)
         times.add("track", time.perf_counter() - t1 + camera_s)
-        return FrameResult(frame, faces, scene_cut=cut, motion=motion, motion_unsure=step.unsure and not cut)
+        return FrameResult(frame, faces, scene_cut=cut, motion=motion, motion_unsure=step.unsure and not cut,
+                           looked_gone=frozenset(self.tracker.looked_gone))
 
     @staticmethod
     def _provisional(dets: Detections, scan: bool, floor: float) -> np.ndarray:

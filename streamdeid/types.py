@@ -218,6 +218,8 @@ class FrameResult:
     # [2, 3] camera motion from the previous frame to this one (track/camera_motion.py); None: none known
     motion: np.ndarray | None = None
     motion_unsure: bool = False  # no motion known, though the camera may have moved (camera_motion.py)
+    # tracks whose hold closer looks ended on this frame: looks in a row found no face at their place (tracker.py)
+    looked_gone: frozenset[int] = frozenset()
     kept: list[TrackedFace] = field(default_factory=list)  # --keep/--only: faces left visible (not rendered)
     # tracks the detector was sure of (score >= TrackConfig.high_score) by the time this frame left the
     # look-ahead buffer, the frames after it included (Pipeline._take): a weak track that turns out to be a

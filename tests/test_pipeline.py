@@ -9,8 +9,8 @@ import pytest
 
 from streamdeid.anonymizers import AnonymizerBase
 from streamdeid.anonymizers.classic import BlurAnonymizer, SolidAnonymizer
-from streamdeid.config import PipelineConfig
-from streamdeid.lookahead import LookaheadBuffer
+from streamdeid.config import PipelineConfig, TrackConfig
+from streamdeid.lookahead import DECIDE_WAIT, LookaheadBuffer
 from streamdeid.stages import FaceStage
 from streamdeid.summary import StageTimes
 from streamdeid.render import FrameRenderer
@@ -84,22 +84,24 @@ def test_lookahead_redraws_a_moving_face_back_fill_along_its_way() -> None:
     assert all(b[2] - b[0] > 80.0 and b[2] > BOX[2] for b in growing)
 
 
-def _weak_backfill(after: dict[int, TrackedFace | None]) -> list[int]:
-    """A track first detected weakly (0.4) on frame 10 of a 10-frame buffer, then shown as ``after`` gives
-    ({frame: its face there}; frames not given show it held between runs, None: not at all, from there on):
-    the frames before 10 its back-fill covers, as rendered."""
+def _weak_backfill(after: dict[int, TrackedFace | str | None], wait: int = 0) -> list[int]:
+    """A track first detected weakly (0.4) on frame 10 of a 10-frame buffer (frames with pending back-fill
+    wait ``wait`` frames more for the decision), then shown as ``after`` gives ({frame: its face there};
+    frames not given show it held between runs; None: closer looks found it gone there, "ended": its hold
+    ended otherwise, neither shown from there on): the frames before 10 its back-fill covers, as rendered."""
     from streamdeid.lookahead import CONFIRM_SHORT
 
     assert CONFIRM_SHORT == 4
-    buf = LookaheadBuffer(10, confirm_below=0.6)
+    buf = LookaheadBuffer(10, confirm_below=0.6, decide_wait=wait)
     out, gone = [], False
     for i in range(16):
-        if i in after and after[i] is None:
-            gone = True
+        looked_gone = i in after and after[i] is None
+        gone = gone or (i in after and (after[i] is None or after[i] == "ended"))
         face = None if gone or i < 10 else after.get(i, replace(_face(7), state="held", between_runs=True))
         if i == 10:
             face = replace(_face(7), score=0.4)
-        out += list(buf.push(_result(i, [face] if face is not None else [])))
+        result = _result(i, [face] if face is not None else [])
+        out += list(buf.push(replace(result, looked_gone=frozenset({7}) if looked_gone else frozenset())))
     out += list(buf.drain())
     return [r.frame.index for r in out[:10] if r.faces]
 
@@ -107,16 +109,36 @@ def _weak_backfill(after: dict[int, TrackedFace | None]) -> list[int]:
 def test_lookahead_back_fills_a_weak_first_detection_deeper_once_found_again() -> None:
     """A track first detected weakly is back-filled CONFIRM_SHORT frames at once; the frames before wait for
     its next detection (then drawn), or for its end inside the picture (then left: a box seen once, most
-    likely no face). Undecided, or gone at the frame's edge, they are drawn (fails closed)."""
+    likely no face). Undecided, gone at the frame's edge, or gone without a look that found no face there, they
+    are drawn (fails closed). A file run holds a frame with pending back-fill DECIDE_WAIT frames past the
+    buffer's capacity for the decision."""
     full, short = list(range(10)), [0, 6, 7, 8, 9]  # frame 0 leaves the buffer as frame 10 comes: drawn
     assert _weak_backfill({12: replace(_face(7), score=0.5)}) == full  # found again by the next run
     assert _weak_backfill({14: None}) == [0, 1, 2, 3, 6, 7, 8, 9]  # frames 1-3 left the buffer before it ended
     assert _weak_backfill({11: None}) == short  # ended inside the picture one frame on
     assert _weak_backfill({}) == full  # held to the end: undecided
+    assert _weak_backfill({11: "ended"}) == full  # its hold ended (a copy, or over): no look said "no face"
     edge = TrackedFace(7, [280, 80, 330, 180], LM, 0.4, "held", between_runs=True)  # past the 320 px frame's edge
     assert _weak_backfill({11: edge, 12: None}) == full
     inside = replace(_face(7), state="held", between_runs=True)
     assert _weak_backfill({11: inside, 12: None}) == [0, 1, 6, 7, 8, 9]  # gone inside the picture
+    # a file run's frames wait DECIDE_WAIT frames for the decision: the deepest ones are taken off too
+    assert _weak_backfill({11: None}, wait=6) == [6, 7, 8, 9]
+    assert _weak_backfill({14: None}, wait=6) == [6, 7, 8, 9]
+    assert _weak_backfill({12: replace(_face(7), score=0.5)}, wait=6) == full
+    assert _weak_backfill({}, wait=6) == full  # still undecided when the wait is over: drawn
+    assert _weak_backfill({11: edge, 12: None}, wait=6) == full
+    out = []  # the wait holds frames back, but a back-fill goes no deeper than the buffer's capacity
+    waiting = LookaheadBuffer(10, confirm_below=0.6, decide_wait=6)
+    for i in range(14):
+        faces = [replace(_face(7), score=0.4)] if i == 10 else \
+            [replace(_face(7), state="held", between_runs=True)] if i > 10 else []
+        out += list(waiting.push(_result(i, faces + ([replace(_face(8), score=0.9)] if i == 13 else []))))
+    assert out == [] and len(waiting) == 14  # frames 0-5 wait for track 7's decision, 6-13 for the buffer
+    out = list(waiting.drain())
+    assert [r.frame.index for r in out if any(f.track_id == 8 for f in r.faces)] == list(range(3, 14))
+    assert LookaheadBuffer.for_run(10, TrackConfig()).decide_wait == DECIDE_WAIT
+    assert LookaheadBuffer.for_run(10, TrackConfig(), live=True).decide_wait == 0  # a live run's latency bound
     strong = LookaheadBuffer(10, confirm_below=0.6)  # a sure first detection: back-filled whole at once
     out = [r for i in range(11) for r in strong.push(_result(i, [_face(7)] if i == 10 else []))]
     assert [r.frame.index for r in out + list(strong.drain()) if r.faces] == list(range(11))

@@ -496,8 +496,10 @@ def test_a_closer_look_ends_a_hold_or_continues_the_track_or_leaves_it_held():
     tracker, outs, seen = run((True, None), (True, None))
     assert [(f.track_id, f.state) for f in outs[0]] == [(1, "held")]  # one look that finds nothing: held
     assert outs[1] == [] and len(seen) == 2  # the second: the hold ends
+    assert tracker.looked_gone == {1}  # (FrameResult.looked_gone: the look-ahead drops its pending back-fill)
     np.testing.assert_allclose(seen[0], box, atol=1.0)  # the look was at the predicted box
     assert tracker.update(None) == []  # not held on the frames after either
+    assert tracker.looked_gone == set()  # said on the frame the looks ended it only
     again = tracker.update(dets([box]))
     assert [f.track_id for f in again] == [1]  # remembered: the same track when the face is back
 
@@ -506,8 +508,12 @@ def test_a_closer_look_ends_a_hold_or_continues_the_track_or_leaves_it_held():
     assert [[f.state for f in out] for out in outs] == [["held"], ["detected"], ["held"]]
     np.testing.assert_array_equal(outs[1][0].box, found.boxes[0])
 
-    _, outs, _ = run((False, None), (False, None), (False, None))
+    tracker, outs, _ = run((False, None), (False, None), (False, None))
     assert [[f.state for f in out] for out in outs] == [["held"]] * 3
+    for _ in range(8):  # its hold runs out unlooked at: not a look's verdict
+        tracker.update(dets([]), verify=lambda b: (False, None))
+        assert tracker.looked_gone == set()
+    assert tracker.update(dets([])) == []
 
 
 def test_a_closer_look_that_finds_a_face_another_track_has_ends_the_hold():

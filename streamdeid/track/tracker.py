@@ -201,6 +201,8 @@ class FaceTracker:
         self.config = config or TrackConfig()
         self.fps = float(fps)
         self.hold_frames = max(0, int(round(self.config.hold_seconds * self.fps)))
+        # tracks whose hold closer looks ended on the last update (DOUBTS_TO_END looks in a row found no face)
+        self.looked_gone: set[int] = set()
         self.close_up_frames = max(self.hold_frames, int(round(CLOSE_UP_HOLD_SECONDS * self.fps)))
         self.remember_frames = max(self.hold_frames, int(round(self.config.remember_seconds * self.fps)))
         self.rejoin_frames = max(self.remember_frames, int(round(self.config.rejoin_seconds * self.fps)))
@@ -266,6 +268,7 @@ class FaceTracker:
         box)``: whether a detection shows the face of a track lost more than remember_seconds ago; only
         then does the detection continue it (None: such a track is continued by no detection). ``added``: [N]
         bool, the detections a reviewer added (--edits): a track one starts takes an id from ADDED_IDS_FROM."""
+        self.looked_gone = set()
         self._predict(motion)
         self._age()
         if dets is None:
@@ -299,6 +302,7 @@ class FaceTracker:
         start new ones, reported at once; every other track advances as between detector runs. So a re-run
         with edits keeps the reviewed run's other tracks: updating them with a whole off-schedule run's
         detections changed 150 of hamilton's first 1,006 covers for one box in an empty corner."""
+        self.looked_gone = set()
         self._predict(motion)
         self._age()
         boxes = added.boxes
@@ -496,6 +500,7 @@ class FaceTracker:
             t.doubts += 1
             if t.doubts >= DOUBTS_TO_END and not t.close_up:  # a face larger than the frame is found by no look
                 t.gone = True
+                self.looked_gone.add(t.track_id)
                 return None
             return held
         if len(taken) and (iou_matrix(found.boxes[:1], taken) >= COPY_IOU).any():
