@@ -61,8 +61,10 @@ STILL_WITHIN = (2, 6)  # frames after the first detection in which a detection c
 # 45 while the camera panned unseen (the performer's head crossing the frame outvoted the dim audience): SFace
 # matched it there in the default output (tests/test_privacy_e2e.py).
 UNSURE_FRAMES = 1
-# back-filled frames drawn at once for a track first detected weakly; the rest waits (see the top)
-CONFIRM_SHORT = 4
+# back-filled frames drawn at once for a track first detected weakly; the rest waits (see the top). 4 before
+# DECIDE_WAIT; 2 keeps every reference face-frame of benchmarks/precision.py and recall.py, 0 left hamilton 3 more
+# face-frames under half covered
+CONFIRM_SHORT = 2
 # A frame holding pending back-fill waits up to this many frames past the buffer's capacity for the decision (file
 # mode: a live run's latency bound leaves no room, ``decide_wait`` 0 there). The decision comes DOUBTS_TO_END closer
 # looks after the first miss (4 frames at --detect-every 2), or when the hold ends: without the wait the deepest

@@ -91,7 +91,7 @@ def _weak_backfill(after: dict[int, TrackedFace | str | None], wait: int = 0) ->
     ended otherwise, neither shown from there on): the frames before 10 its back-fill covers, as rendered."""
     from streamdeid.lookahead import CONFIRM_SHORT
 
-    assert CONFIRM_SHORT == 4
+    assert CONFIRM_SHORT == 2
     buf = LookaheadBuffer(10, confirm_below=0.6, decide_wait=wait)
     out, gone = [], False
     for i in range(16):
@@ -112,19 +112,19 @@ def test_lookahead_back_fills_a_weak_first_detection_deeper_once_found_again() -
     likely no face). Undecided, gone at the frame's edge, or gone without a look that found no face there, they
     are drawn (fails closed). A file run holds a frame with pending back-fill DECIDE_WAIT frames past the
     buffer's capacity for the decision."""
-    full, short = list(range(10)), [0, 6, 7, 8, 9]  # frame 0 leaves the buffer as frame 10 comes: drawn
+    full, short = list(range(10)), [0, 8, 9]  # frame 0 leaves the buffer as frame 10 comes: drawn
     assert _weak_backfill({12: replace(_face(7), score=0.5)}) == full  # found again by the next run
-    assert _weak_backfill({14: None}) == [0, 1, 2, 3, 6, 7, 8, 9]  # frames 1-3 left the buffer before it ended
+    assert _weak_backfill({14: None}) == [0, 1, 2, 3, 8, 9]  # frames 1-3 left the buffer before it ended
     assert _weak_backfill({11: None}) == short  # ended inside the picture one frame on
     assert _weak_backfill({}) == full  # held to the end: undecided
     assert _weak_backfill({11: "ended"}) == full  # its hold ended (a copy, or over): no look said "no face"
     edge = TrackedFace(7, [280, 80, 330, 180], LM, 0.4, "held", between_runs=True)  # past the 320 px frame's edge
     assert _weak_backfill({11: edge, 12: None}) == full
     inside = replace(_face(7), state="held", between_runs=True)
-    assert _weak_backfill({11: inside, 12: None}) == [0, 1, 6, 7, 8, 9]  # gone inside the picture
+    assert _weak_backfill({11: inside, 12: None}) == [0, 1, 8, 9]  # gone inside the picture
     # a file run's frames wait DECIDE_WAIT frames for the decision: the deepest ones are taken off too
-    assert _weak_backfill({11: None}, wait=6) == [6, 7, 8, 9]
-    assert _weak_backfill({14: None}, wait=6) == [6, 7, 8, 9]
+    assert _weak_backfill({11: None}, wait=6) == [8, 9]
+    assert _weak_backfill({14: None}, wait=6) == [8, 9]
     assert _weak_backfill({12: replace(_face(7), score=0.5)}, wait=6) == full
     assert _weak_backfill({}, wait=6) == full  # still undecided when the wait is over: drawn
     assert _weak_backfill({11: edge, 12: None}, wait=6) == full
