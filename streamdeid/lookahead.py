@@ -31,12 +31,13 @@ is back-filled CONFIRM_SHORT frames at once; its back-fill further back waits ("
 detection of the track draws it. Closer looks that end its hold inside the picture (they found no face at
 its place twice: FrameResult.looked_gone, track/tracker.py) drop it: the box seen once was most likely no
 face (on short_hamilton_clip.mp4 the performer's hands, shoulder and microphone, dark patches). A hold that
-ends otherwise (it ran out, or the track was a copy of another's face) says nothing of the pixels: drawn. In a file run a frame holding pending back-fill waits up to DECIDE_WAIT frames past the
-capacity for the decision (the back-fill itself reaches no deeper than the capacity). Privacy fails closed: a
-pending cover is drawn when its frame leaves the buffer undecided, at a scene cut, and when the track ends at
-the frame's edge (a face seen once as it left). Dropping it at the
-first run that missed the track instead lost real faces on the crowd pans (a 58 px face entering at the
-bottom edge bare on 7 frames, faces seen once as they left at the left edge).
+ends otherwise (it ran out, or the track was a copy of another's face) says nothing of the pixels: drawn.
+In a file run a frame holding pending back-fill waits up to DECIDE_WAIT frames past the capacity for the
+decision (the back-fill itself reaches no deeper than the capacity). Privacy fails closed: a pending cover
+is drawn when its frame leaves the buffer undecided, at a scene cut, and when the track ends at the frame's
+edge (a face seen once as it left). Dropping it at the first run that missed the track instead lost real
+faces on the crowd pans (a 58 px face entering at the bottom edge bare on 7 frames, faces seen once as they
+left at the left edge).
 """
 
 from __future__ import annotations
@@ -62,8 +63,8 @@ STILL_WITHIN = (2, 6)  # frames after the first detection in which a detection c
 # matched it there in the default output (tests/test_privacy_e2e.py).
 UNSURE_FRAMES = 1
 # back-filled frames drawn at once for a track first detected weakly; the rest waits (see the top). 4 before
-# DECIDE_WAIT; 2 keeps every reference face-frame of benchmarks/precision.py and recall.py, 0 left hamilton 3 more
-# face-frames under half covered
+# DECIDE_WAIT; 2 covers the same reference face-frames of benchmarks/precision.py and recall.py as 4, 0 left 3 more
+# of hamilton's under half covered
 CONFIRM_SHORT = 2
 # A frame holding pending back-fill waits up to this many frames past the buffer's capacity for the decision (file
 # mode: a live run's latency bound leaves no room, ``decide_wait`` 0 there). The decision comes DOUBTS_TO_END closer

@@ -88,7 +88,7 @@ class Pipeline:
                  batch_frames: int | None = None, admit: Callable[[FrameResult], bool] | None = None,
                  scan_gate: Callable[[], bool] | None = None, render_thread: bool = False,
                  edits: EditPlan | None = None) -> None:
-        live = lookahead_frames is not None
+        live = lookahead_frames is not None  # (set by a live run alone: its latency bound)
         if lookahead_frames is None:
             lookahead_frames = round(config.lookahead_seconds * fps)
         self.buffer = LookaheadBuffer.for_run(lookahead_frames, config.track, live=live)
