@@ -158,11 +158,10 @@ class LookaheadBuffer:
         h, w = result.frame.image.shape[:2]
         for tid in list(self._pending):
             face = state.get(tid)
-            # kept: found again; at a cut (undecided); gone from a box at the frame's edge (it may have left)
-            if result.scene_cut or (face is not None and face.state == "detected") or \
-                    (face is None and _at_the_edge(self._last[tid].box, w, h)):
-                del self._pending[tid]
-            elif face is None and tid not in result.looked_gone:  # its hold ran out, or it was a copy: undecided
+            # kept: found again; at a cut (undecided); gone without closer looks finding it gone (its hold ran out,
+            # or it was a copy: undecided), or from a box at the frame's edge (it may have left)
+            if result.scene_cut or (face is not None and face.state == "detected") or (face is None and (
+                    tid not in result.looked_gone or _at_the_edge(self._last[tid].box, w, h))):
                 del self._pending[tid]
             elif face is None:  # gone inside the picture: closer looks found no face there
                 for earlier in self._pending.pop(tid):  # (settled or not: the covers are the track's back-fill)

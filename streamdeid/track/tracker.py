@@ -365,8 +365,9 @@ class FaceTracker:
         low = np.flatnonzero(scores < self.config.high_score)
         track_boxes = xyah_to_xyxy(np.stack([t.mean for t in self._tracks])) if self._tracks else np.zeros((0, 4))
         # tracks a detector run missed before any run confirmed them (a weak box seen once): matched last
-        doubtful = [ti for ti, t in enumerate(self._tracks) if t.lost_age and not t.confirmed]
-        others = [ti for ti, t in enumerate(self._tracks) if not (t.lost_age and not t.confirmed)]
+        doubtful, others = [], []
+        for ti, t in enumerate(self._tracks):
+            (doubtful if t.lost_age and not t.confirmed else others).append(ti)
 
         matched: dict[int, int] = {}  # track index -> detection index
 
