@@ -88,11 +88,17 @@ def face_table(set_name: str, set_info: dict, rows: list[dict], vault: dict | No
     return out + [""]
 
 
+def _followed_cell(f: dict | None) -> str:
+    if not f:
+        return "-"
+    return f"{num(f['output'], '{:.2f}')} / {num(f['original'], '{:.2f}')} ({num(f['ratio'], '{:.2f}')})"
+
+
 def video_table(rows: list[dict]) -> list[str]:
     out = ["### Videos", "",
            "| method | clips / frames | faces | leaks | leak rate ↓ | SFace plain matched | same-track pairs matched "
-           "(original) | flicker out / orig (ratio) |",
-           "|---|---|---|---|---|---|---|---|"]
+           "(original) | flicker out / orig (ratio) | shimmer: flicker after the face's motion, out / orig (ratio) |",
+           "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         p = r["pooled"]
         out.append("| " + " | ".join([
@@ -101,6 +107,7 @@ def video_table(rows: list[dict]) -> list[str]:
             f"{pct(p['stability']['matched'])} ({pct(p['stability']['original_matched'])})",
             f"{num(p['flicker']['output'], '{:.2f}')} / {num(p['flicker']['original'], '{:.2f}')} "
             f"({num(p['flicker']['ratio'], '{:.2f}')})",
+            _followed_cell(p["flicker"].get("followed")),
         ]) + " |")
     return out + [""]
 

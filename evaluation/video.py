@@ -13,6 +13,12 @@
 * Flicker: for every track present in two consecutive frames, the mean absolute
   change (0..255, all channels) inside its box from frame t-1 to t, in the
   output and in the original; ``ratio`` = output / original (1 = no added flicker).
+  A face that moves changes its box, so this counts motion too: an output that
+  does not move with the face (a blur, or a drawn face that lags) scores low.
+  ``followed`` is the change left after following the original's own motion
+  (frame t-1 warped onto t by the original's dense optical flow, Farneback, over
+  the box grown by half its size): what the output adds beyond the motion, the
+  shimmer of a drawn face (0.9 levels on a still original face, docs/composite.md).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from fractions import Fraction
 from pathlib import Path
 
 import av
+import cv2
 import numpy as np
 
 from streamdeid.config import AnonymizeConfig, DetectConfig, PipelineConfig
@@ -114,6 +121,7 @@ def stability_and_flicker(original: str | Path, output: str | Path, tracks: list
     crops_out: dict[int, list] = defaultdict(list)
     crops_orig: dict[int, list] = defaultdict(list)
     flick_out, flick_orig = [], []
+    follow_out, follow_orig = [], []  # the same after following the original's motion
     prev_o = prev_a = None
     prev_tracks: set[int] = set()
     for fi, (fo, fa) in enumerate(zip(decode(original), decode(output))):
@@ -127,6 +135,10 @@ def stability_and_flicker(original: str | Path, output: str | Path, tracks: list
                 if change is not None:
                     flick_orig.append(change[0])
                     flick_out.append(change[1])
+                    followed = _followed_change(r["box"], (prev_o, fo), (prev_a, fa))
+                    if followed is not None:
+                        follow_orig.append(followed[0])
+                        follow_out.append(followed[1])
         prev_o, prev_a, prev_tracks = fo, fa, set(cur)
 
     pairs = matched = pairs_ref = matched_ref = 0
@@ -145,8 +157,16 @@ def stability_and_flicker(original: str | Path, output: str | Path, tracks: list
                       "original_matched": matched_ref / pairs_ref if pairs_ref else None,
                       "rule": f"SFace cosine >= {SFACE_MATCH_THRESHOLD}"},
         "flicker": {"pairs": len(flick_out), "output": fo_m, "original": fr_m,
-                    "ratio": fo_m / fr_m if fo_m is not None and fr_m else None, "scale": "mean |dI| on 0..255"},
+                    "ratio": fo_m / fr_m if fo_m is not None and fr_m else None, "scale": "mean |dI| on 0..255",
+                    "followed": _mean_pair(follow_out, follow_orig)},
     }
+
+
+def _mean_pair(output: list[float], original: list[float]) -> dict:
+    """{pairs, output, original, ratio}: the means of two lists of per-pair changes."""
+    o = float(np.mean(output)) if output else None
+    r = float(np.mean(original)) if original else None
+    return {"pairs": len(output), "output": o, "original": r, "ratio": o / r if o is not None and r else None}
 
 
 def _faces_to_embed(by_frame: dict[int, list[dict]], detections: list,
@@ -188,6 +208,30 @@ def _box_change(box, original: tuple[np.ndarray, np.ndarray],
     sl = (slice(y1, y2), slice(x1, x2))
     return tuple(float(np.abs(cur[sl].astype(np.int16) - prev[sl].astype(np.int16)).mean())
                  for prev, cur in (original, output))
+
+
+def _followed_change(box, original: tuple[np.ndarray, np.ndarray],
+                     output: tuple[np.ndarray, np.ndarray]) -> tuple[float, float] | None:
+    """Like ``_box_change``, after following the original's own motion: the previous frame of each is warped
+    onto this one by the dense optical flow (Farneback) of the original over ``box`` grown by half its size, so
+    a face that moves, and an output that moves with it, change little; what is left is what the output adds."""
+    h, w = original[1].shape[:2]
+    x1, y1, x2, y2 = (int(round(v)) for v in box)
+    x1, y1, x2, y2 = max(x1, 0), max(y1, 0), min(x2, w), min(y2, h)
+    if x2 - x1 < 8 or y2 - y1 < 8:
+        return None
+    pad = (max(x2 - x1, y2 - y1) + 1) // 2
+    X1, Y1, X2, Y2 = max(x1 - pad, 0), max(y1 - pad, 0), min(x2 + pad, w), min(y2 + pad, h)
+    grey = [cv2.cvtColor(f[Y1:Y2, X1:X2], cv2.COLOR_BGR2GRAY) for f in original]  # previous, current
+    flow = cv2.calcOpticalFlowFarneback(grey[1], grey[0], None, 0.5, 3, 15, 3, 5, 1.2, 0)  # [H, W, 2]: cur -> prev
+    gx, gy = np.meshgrid(np.arange(X2 - X1, dtype=np.float32), np.arange(Y2 - Y1, dtype=np.float32))
+    mx, my = gx + flow[..., 0], gy + flow[..., 1]
+    sl = (slice(y1 - Y1, y2 - Y1), slice(x1 - X1, x2 - X1))
+    out = []
+    for prev, cur in (original, output):
+        moved = cv2.remap(prev[Y1:Y2, X1:X2], mx, my, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+        out.append(float(np.abs(cur[Y1:Y2, X1:X2][sl].astype(np.int16) - moved[sl].astype(np.int16)).mean()))
+    return out[0], out[1]
 
 
 def _matching_pairs(sface: SFace, crops: list) -> tuple[int, int]:
@@ -233,5 +277,15 @@ def pool(results: list[dict]) -> dict:
         "stability": {"pairs": pairs, "matched": st / pairs if pairs else None,
                       "original_matched": (sum(r["stability"]["original_matched"] * r["stability"]["pairs"]
                                                for r in ref_pairs) / pairs) if pairs and ref_pairs else None},
-        "flicker": {"pairs": n, "output": fo, "original": fr, "ratio": fo / fr if fo is not None and fr else None},
+        "flicker": {"pairs": n, "output": fo, "original": fr, "ratio": fo / fr if fo is not None and fr else None,
+                    "followed": _pooled_followed([f.get("followed") for f in fp])},
     }
+
+
+def _pooled_followed(parts: list[dict | None]) -> dict:
+    """The clips' ``followed`` flicker pooled (means weighted by pairs)."""
+    parts = [p for p in parts if p and p["pairs"]]
+    n = sum(p["pairs"] for p in parts)
+    o = sum(p["output"] * p["pairs"] for p in parts) / n if n else None
+    r = sum(p["original"] * p["pairs"] for p in parts) / n if n else None
+    return {"pairs": n, "output": o, "original": r, "ratio": o / r if o is not None and r else None}

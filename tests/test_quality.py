@@ -209,3 +209,22 @@ def test_video_leak_metric_catches_an_uncovered_frame(tmp_path):
     rep = leak_metric(clip, tampered)
     assert rep["leaks"] > 0
     assert set(rep["leaks_per_frame"]) == {5}
+
+
+def test_followed_flicker_separates_a_face_moving_from_a_drawn_face_shimmering():
+    """Raw flicker counts motion: a textured face moving 3 px a frame changes its box a lot, and an output that
+    moves with it as much. The followed change (after the original's optical flow) is small for both, and large
+    for an output that shimmers in place (new noise every frame) or stays behind while the face moves."""
+    from evaluation.video import _box_change, _followed_change
+
+    rng = np.random.default_rng(0)
+    canvas = cv2.GaussianBlur((rng.random((160, 220, 3)) * 255).astype(np.uint8), (0, 0), 2.0)
+    prev, cur = canvas[20:140, 20:180], canvas[20:140, 23:183]  # the picture moved 3 px left
+    box = (50, 30, 110, 90)
+    moving = _box_change(box, (prev, cur), (prev, cur))
+    followed = _followed_change(box, (prev, cur), (prev, cur))
+    assert moving[0] > 5 and followed[0] < 0.1 * moving[0] and followed[1] == followed[0]
+    shimmer = np.clip(cur.astype(np.int16) + rng.integers(-12, 13, cur.shape), 0, 255).astype(np.uint8)
+    assert _followed_change(box, (prev, cur), (prev, shimmer))[1] > followed[0] + 4
+    behind = _followed_change(box, (prev, cur), (prev, prev))  # the output did not move with the face
+    assert _box_change(box, (prev, cur), (prev, prev))[1] == 0 and behind[1] > 2 * followed[0]
