@@ -346,3 +346,34 @@ def test_the_pipeline_hands_the_renderer_the_tracks_sure_in_its_look_ahead():
     first_sure = min(r.frame.index for r in got for f in r.faces if f.score >= config.track.high_score)
     # the frame before the first sure face already knew of it (the look-ahead is 0.5 s = 12 frames)
     assert got[max(first_sure - 1, 0)].sure_ahead & later
+
+
+def test_the_fit_benchmark_counts_each_choice_against_the_face_label(tmp_path):
+    """benchmarks/composite_fit.py on a few held-out UTKFace faces: one choice per face and key, each counted
+    against the file name's gender, age band and race; the shares are shares of those choices."""
+    import importlib.util
+    import shutil
+    from pathlib import Path
+
+    from conftest import UTK
+
+    from evaluation import heldout_files
+
+    if not UTK.is_dir():
+        pytest.skip(f"training images not found at {UTK}")
+    faces = tmp_path / "faces"
+    faces.mkdir()
+    for p in heldout_files(UTK)[:12]:
+        shutil.copy(p, faces / p.name)
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "composite_fit.py"
+    spec = importlib.util.spec_from_file_location("composite_fit", script)
+    fit = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fit)
+    assert fit.main(["--faces", str(faces), "--keys", "2", "--json", str(tmp_path / "fit.json")]) == 0
+    result = json.loads((tmp_path / "fit.json").read_text())
+    assert result["files"] == 12 and 0 < result["faces"] <= 12
+    chosen = result["chosen"]
+    assert chosen["n"] == 2 * result["faces"]
+    assert all(0.0 <= chosen[k] <= 1.0 for k in ("gender", "band", "near", "race"))
+    assert chosen["band"] <= chosen["near"]
+    assert result["candidates by fit"]["n"] == fit.CANDIDATES * result["faces"]
