@@ -31,7 +31,7 @@ from streamdeid.anonymizers.composite import CANDIDATES, CompositeAnonymizer  # 
 from streamdeid.config import AlignConfig, DetectConfig  # noqa: E402
 from streamdeid.detect.yunet import YuNetDetector  # noqa: E402
 from streamdeid.types import FaceContext  # noqa: E402
-from training.composites import AGE_BANDS, GENDERS, RACES, age_band, find_landmarks, parse_label  # noqa: E402
+from training.composites import AGE_BANDS, GENDERS, RACES, age_band, find_landmarks, grouped_label  # noqa: E402
 
 UTK = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "utkface-crops" / "images"
 BANDS = [band for _, _, band in AGE_BANDS]
@@ -42,8 +42,8 @@ def labelled_crops(paths: list[Path], size: int) -> list[tuple[str, tuple[int, i
     detector = YuNetDetector(DetectConfig(input_size=0))
     out = []
     for p in paths:
-        label = parse_label(p.name)
-        if label is None or label[1] not in GENDERS or label[2] not in RACES or age_band(label[0]) is None:
+        label = grouped_label(p.name)
+        if label is None:
             continue
         image = cv2.imread(str(p), cv2.IMREAD_COLOR)
         lm = None if image is None else find_landmarks(detector, image, pad=image.shape[0] // 4)

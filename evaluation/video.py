@@ -149,15 +149,12 @@ def stability_and_flicker(original: str | Path, output: str | Path, tracks: list
         pairs, matched = pairs + n, matched + m
         n, m = _matching_pairs(sface, crops_orig[tid])
         pairs_ref, matched_ref = pairs_ref + n, matched_ref + m
-    fo_m = float(np.mean(flick_out)) if flick_out else None
-    fr_m = float(np.mean(flick_orig)) if flick_orig else None
     return {
         "stability": {"tracks": sum(len(v) >= 2 for v in crops_out.values()), "pairs": pairs,
                       "matched": matched / pairs if pairs else None,
                       "original_matched": matched_ref / pairs_ref if pairs_ref else None,
                       "rule": f"SFace cosine >= {SFACE_MATCH_THRESHOLD}"},
-        "flicker": {"pairs": len(flick_out), "output": fo_m, "original": fr_m,
-                    "ratio": fo_m / fr_m if fo_m is not None and fr_m else None, "scale": "mean |dI| on 0..255",
+        "flicker": {**_mean_pair(flick_out, flick_orig), "scale": "mean |dI| on 0..255",
                     "followed": _mean_pair(follow_out, follow_orig)},
     }
 
@@ -167,6 +164,15 @@ def _mean_pair(output: list[float], original: list[float]) -> dict:
     o = float(np.mean(output)) if output else None
     r = float(np.mean(original)) if original else None
     return {"pairs": len(output), "output": o, "original": r, "ratio": o / r if o is not None and r else None}
+
+
+def _pooled_pair(parts: list[dict | None]) -> dict:
+    """``_mean_pair`` results of several clips pooled (means weighted by pairs; parts without pairs left out)."""
+    parts = [p for p in parts if p and p["pairs"]]
+    n = sum(p["pairs"] for p in parts)
+    o = sum(p["output"] * p["pairs"] for p in parts) / n if n else None
+    r = sum(p["original"] * p["pairs"] for p in parts) / n if n else None
+    return {"pairs": n, "output": o, "original": r, "ratio": o / r if o is not None and r else None}
 
 
 def _faces_to_embed(by_frame: dict[int, list[dict]], detections: list,
@@ -196,13 +202,18 @@ def _faces_to_embed(by_frame: dict[int, list[dict]], detections: list,
     return wanted
 
 
+def _clipped(box, shape: tuple[int, ...]) -> tuple[int, int, int, int]:
+    """``box`` (x1, y1, x2, y2) rounded to pixels and clipped to an image of ``shape`` (H, W, ...)."""
+    h, w = shape[:2]
+    x1, y1, x2, y2 = (int(round(v)) for v in box)
+    return max(x1, 0), max(y1, 0), min(x2, w), min(y2, h)
+
+
 def _box_change(box, original: tuple[np.ndarray, np.ndarray],
                 output: tuple[np.ndarray, np.ndarray]) -> tuple[float, float] | None:
     """Mean absolute change inside ``box`` from the previous frame to this one, in the original and in
     the output (each a (previous, current) pair); None when the box, clipped to the frame, is too small."""
-    h, w = original[1].shape[:2]
-    x1, y1, x2, y2 = (int(round(v)) for v in box)
-    x1, y1, x2, y2 = max(x1, 0), max(y1, 0), min(x2, w), min(y2, h)
+    x1, y1, x2, y2 = _clipped(box, original[1].shape)
     if x2 - x1 < 2 or y2 - y1 < 2:
         return None
     sl = (slice(y1, y2), slice(x1, x2))
@@ -216,8 +227,7 @@ def _followed_change(box, original: tuple[np.ndarray, np.ndarray],
     onto this one by the dense optical flow (Farneback) of the original over ``box`` grown by half its size, so
     a face that moves, and an output that moves with it, change little; what is left is what the output adds."""
     h, w = original[1].shape[:2]
-    x1, y1, x2, y2 = (int(round(v)) for v in box)
-    x1, y1, x2, y2 = max(x1, 0), max(y1, 0), min(x2, w), min(y2, h)
+    x1, y1, x2, y2 = _clipped(box, original[1].shape)
     if x2 - x1 < 8 or y2 - y1 < 8:
         return None
     pad = (max(x2 - x1, y2 - y1) + 1) // 2
@@ -266,9 +276,6 @@ def pool(results: list[dict]) -> dict:
     pairs = sum(r["stability"]["pairs"] for r in results)
     st = sum((r["stability"]["matched"] or 0) * r["stability"]["pairs"] for r in results)
     fp = [r["flicker"] for r in results if r["flicker"]["pairs"]]
-    n = sum(f["pairs"] for f in fp)
-    fo = sum(f["output"] * f["pairs"] for f in fp) / n if n else None
-    fr = sum(f["original"] * f["pairs"] for f in fp) / n if n else None
     ref_pairs = [r for r in results if r["stability"]["original_matched"] is not None]
     return {
         "clips": len(results), "frames": sum(r["leak"]["frames"] for r in results),
@@ -277,15 +284,5 @@ def pool(results: list[dict]) -> dict:
         "stability": {"pairs": pairs, "matched": st / pairs if pairs else None,
                       "original_matched": (sum(r["stability"]["original_matched"] * r["stability"]["pairs"]
                                                for r in ref_pairs) / pairs) if pairs and ref_pairs else None},
-        "flicker": {"pairs": n, "output": fo, "original": fr, "ratio": fo / fr if fo is not None and fr else None,
-                    "followed": _pooled_followed([f.get("followed") for f in fp])},
+        "flicker": {**_pooled_pair(fp), "followed": _pooled_pair([f.get("followed") for f in fp])},
     }
-
-
-def _pooled_followed(parts: list[dict | None]) -> dict:
-    """The clips' ``followed`` flicker pooled (means weighted by pairs)."""
-    parts = [p for p in parts if p and p["pairs"]]
-    n = sum(p["pairs"] for p in parts)
-    o = sum(p["output"] * p["pairs"] for p in parts) / n if n else None
-    r = sum(p["original"] * p["pairs"] for p in parts) / n if n else None
-    return {"pairs": n, "output": o, "original": r, "ratio": o / r if o is not None and r else None}

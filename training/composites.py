@@ -62,6 +62,15 @@ def age_band(age: int) -> str | None:
     return None
 
 
+def grouped_label(name: str) -> tuple[int, int, int] | None:
+    """``parse_label`` where the label puts the face in one of the bank's groups (a known gender and race, an age
+    in AGE_BANDS); None otherwise."""
+    label = parse_label(name)
+    if label is None or label[1] not in GENDERS or label[2] not in RACES or age_band(label[0]) is None:
+        return None
+    return label
+
+
 def head_turn(landmarks: np.ndarray) -> float:
     """Signed yaw proxy from 5 landmarks: (nose x - eye-midpoint x) / eye distance (0: frontal)."""
     lm = np.asarray(landmarks, dtype=np.float64).reshape(5, 2)
@@ -146,9 +155,8 @@ def build(faces: str | Path, out: str | Path, *, k: int = 12, per_group: int = 2
     held_hashes = []
     for n, path in enumerate(files):
         held = _is_heldout(path)
-        label = parse_label(path.name)
-        band = age_band(label[0]) if label else None
-        if not held and (label is None or band is None or label[2] not in RACES or label[1] not in GENDERS):
+        label = grouped_label(path.name)
+        if not held and label is None:
             skipped["label"] += 1
             continue
         image = cv2.imread(str(path), cv2.IMREAD_COLOR)
