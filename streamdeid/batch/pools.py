@@ -112,12 +112,15 @@ class LocalPool:
             for fut, (task, attempt) in list(self._inflight.items()):
                 out.append((task, attempt, BrokenProcessPool("the pool was restarted after a worker died")))
             self._inflight.clear()
-            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor.shutdown(wait=True, cancel_futures=True)  # its processes are gone already
             self._executor = self._start()
         return out
 
     def close(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        # With nothing in flight, wait for the executor's manager thread: left running, it closes its wakeup pipe
+        # while the interpreter's exit hook writes to it (Python 3.11), and a batch that ended well printed
+        # "OSError: Bad file descriptor" with a traceback. Files in flight (Ctrl-C) are not waited for.
+        self._executor.shutdown(wait=not self._inflight, cancel_futures=True)
 
 
 def ray_module():
