@@ -9,7 +9,8 @@ person (SFace cosine >= 0.363, dlib distance <= 0.6). A realistic replacement is
 be matched no less often than a real stranger who looks like the person would be. This prints that floor:
 for every pair of different held-out faces (UTKFace file names carry age, gender and race), the share each
 recogniser matches, over all pairs, over pairs of the same gender and race, and of the same gender, race
-and age band (the composite anonymizer's bands: under 16, 16-29, 30-44, 45-59, 60 and over). Faces are
+and age band (the composite bank's bands, training.composites.AGE_BANDS: 4-14, 15-29, 30-44, 45-59, 60 and
+over; faces under 4, which the bank leaves out, form a band of their own here). Faces are
 found and prepared as quality.py does (YuNet on the image padded by --pad, the largest face; dlib's own
 HOG box where it overlaps). Nothing is asserted.
 """
@@ -26,18 +27,15 @@ import numpy as np
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # the repo root: evaluation/
 from evaluation import create_recognizers, heldout_files  # noqa: E402
 from evaluation.faces import load_face_set  # noqa: E402
+from training.composites import age_band  # noqa: E402
 
 UTK = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "utkface-crops" / "images"
-
-
-def age_band(age: int) -> str:
-    return "child" if age < 16 else "young" if age < 30 else "adult" if age < 45 else "middle" if age < 60 else "senior"
 
 
 def labels(path: Path) -> tuple[str, str, str]:
     """(gender, race, age band) from a UTKFace file name ``age_gender_race_date...``."""
     age, gender, race = path.name.split("_")[:3]
-    return gender, race, age_band(int(age))
+    return gender, race, age_band(int(age)) or "baby"
 
 
 def pair_rates(matched: np.ndarray, groups: list[tuple[str, str, str]]) -> dict[str, dict]:
