@@ -30,17 +30,29 @@ def read_error(exc: OSError, what: str, path: str) -> StreamdeidError:
     return StreamdeidError(f"cannot read {what} {path}: {exc.strerror}")
 
 
+def unfinished_copy(path: Path) -> Path:
+    """Where an output is written before it is finished: ``out.mp4`` -> ``out.partial.mp4`` (video/partial.py)."""
+    return path.with_name(f"{path.stem}.partial{path.suffix}")
+
+
+def _same(a: str | Path, b: Path) -> bool:
+    try:
+        return b.exists() and os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
 def refuse_same_file(src: str | Path, out: Path) -> None:
     """The output must not be the input (or a link to it), whatever --overwrite says: the only copy of
-    the source would be replaced by an irreversible one."""
-    if str(src) == "-" or not out.exists():
+    the source would be replaced by an irreversible one. Nor may its unfinished copy be the input
+    (`recover out.partial.mp4 -o out.mp4`, a run's own advice after Ctrl-C, wrote over its input)."""
+    if str(src) == "-":
         return
-    try:
-        same = os.path.samefile(src, out)
-    except OSError:
-        return
-    if same:
+    if _same(src, out):
         raise StreamdeidError(f"the output {out} is the input itself; choose another -o (the source would be lost)")
+    if _same(src, unfinished_copy(out)):
+        raise StreamdeidError(f"the output {out} is first written to {unfinished_copy(out)}, which is the input "
+                              "itself; choose another -o (the source would be lost)")
 
 
 class ClobberError(StreamdeidError):
@@ -64,6 +76,11 @@ def refuse_clobbering(reads: list[tuple[str, str | Path | None]], writes: list[t
         if where in seen:
             raise ClobberError(f"{path} is given as both the {seen[where]} and the {what}; choose another path")
         seen[where] = what
+        if what == "output":  # written first to its unfinished copy, beside it
+            for read_what, r in reads:
+                if r is not None and str(r) != "-" and _same(r, unfinished_copy(path)):
+                    raise ClobberError(f"the {what} {path} is first written to {unfinished_copy(path)}, which is "
+                                       f"the {read_what} itself; choose another path (the {read_what} would be lost)")
         if not path.exists():
             continue
         for read_what, r in reads:

@@ -321,3 +321,17 @@ def test_a_report_replaces_only_an_earlier_report(tmp_path: Path, media: Path) -
             proc = run_cli(*again, "--report", str(report), "--anonymizer", "solid", "--no-progress")
             assert proc.returncode == 0, proc.stderr.decode()
             assert json.loads(report.read_text())["totals"]["files"] == 1
+
+
+def test_a_ray_address_where_no_cluster_answers_is_one_line(tmp_path: Path, media: Path) -> None:
+    """`--ray 127.0.0.1:1` (nothing listens) waited past two minutes while Ray retried, a line every 30 s; `--ray
+    bogus` ended in an internal error."""
+    pytest.importorskip("ray")
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.jpg").write_bytes((media / "obama-240p.jpg").read_bytes())
+    for address, says in (("127.0.0.1:1", "no Ray cluster answers there"), ("bogus", "give host:port")):
+        proc = run_cli("batch", str(tmp_path / "in"), "-o", str(tmp_path / "out"), "--ray", address, "--no-progress",
+                       timeout=60)
+        err = proc.stderr.decode()
+        assert proc.returncode == 1 and says in err and "Traceback" not in err, err
+        assert len([line for line in err.splitlines() if line.strip()]) == 1, err

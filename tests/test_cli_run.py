@@ -1083,3 +1083,57 @@ def test_a_face_on_the_last_frame_only_is_covered(tmp_path: Path, media: Path) -
     shown, got = decode(src), decode(out)
     assert len(got) == 20
     assert changed_share(shown[-1], got[-1], (333, 122, 356, 153)) >= 0.5  # the portrait's face, by eye
+
+
+def test_an_input_named_as_the_outputs_unfinished_copy_is_refused_and_kept(tmp_path: Path, media: Path) -> None:
+    """`run a.partial.jpg -o a.jpg` wrote the output over its input (its unfinished copy) and moved it, so the
+    input was gone, exit 0; `recover x.partial.mp4 -o x.mp4`, what a run advises after Ctrl-C, did the same
+    to the anonymized video."""
+    photo = tmp_path / "a.partial.jpg"
+    photo.write_bytes((media / "obama-240p.jpg").read_bytes())
+    clip = make_video(tmp_path / "x.partial.mp4", face_frames(media, 3))
+    before = photo.read_bytes(), clip.read_bytes()
+    key = tmp_path / "k.bin"
+    assert run_cli("keygen", str(key)).returncode == 0
+    for args in (("run", str(photo), "-o", str(tmp_path / "a.jpg")),
+                 ("run", str(clip), "-o", str(tmp_path / "x.mp4"), "--overwrite"),
+                 ("recover", str(clip), "--key-file", str(key), "-o", str(tmp_path / "x.mp4"))):
+        proc = run_cli(*args, "--no-progress") if args[0] == "run" else run_cli(*args)
+        err = proc.stderr.decode()
+        assert proc.returncode == 1 and "which is the input itself" in err and "Traceback" not in err, err
+    assert (photo.read_bytes(), clip.read_bytes()) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.partial.jpg", "k.bin", "x.partial.mp4"]
+
+
+@pytest.mark.parametrize("option, value", [("--threshold", "nan"), ("--hold", "inf"), ("--mask-margin", "nan"),
+                                           ("--lookahead", "1e9")])
+def test_a_number_that_is_not_finite_is_refused_before_the_run(tmp_path: Path, media: Path, option: str,
+                                                               value: str) -> None:
+    """`--threshold nan` passed the range check (nan fails no comparison): the run found no face and wrote the
+    photo bare, exit 0. inf and huge durations ended in an internal error."""
+    out = tmp_path / "o.jpg"
+    proc = run_cli("run", str(media / "obama-240p.jpg"), "-o", str(out), option, value)
+    assert proc.returncode == 2 and f"Invalid value for '{option}'" in proc.stderr.decode() and not out.exists()
+    manifest = tmp_path / "m.csv"
+    manifest.write_text(f"input,threshold\n{media / 'obama-240p.jpg'},nan\n")
+    proc = run_cli("batch", str(manifest), "-o", str(tmp_path / "b"), "--no-progress")
+    err = proc.stderr.decode()
+    assert proc.returncode != 0 and "not a finite number" in err and "Traceback" not in err, err
+
+
+def test_a_vault_that_cannot_be_finished_leaves_no_output(tmp_path: Path, media: Path, monkeypatch) -> None:
+    """The output was published before its vault was sealed: a vault that failed then (a full disk) left the
+    output under its final name and no vault, exit 1. Now the vault is sealed first."""
+    from streamdeid import anonymize
+    from streamdeid.config import PipelineConfig
+    from streamdeid.types import StreamdeidError
+    from streamdeid.vault.writer import VaultWriter
+
+    def full_disk(self) -> None:
+        raise StreamdeidError("cannot write vault: No space left on device")
+
+    monkeypatch.setattr(VaultWriter, "close", full_disk)
+    src = make_video(tmp_path / "in.mp4", face_frames(media, 3))
+    with pytest.raises(StreamdeidError, match="No space left"):
+        anonymize(str(src), tmp_path / "out.mp4", PipelineConfig(), key_file=str(tmp_path / "k.bin"), new_key=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.mp4", "k.bin"]

@@ -575,3 +575,29 @@ def test_sigterm_finishes_segment_and_exits_zero(rtsp_server: RtspServer, tmp_pa
     assert out.exists() and not out.with_name("sig.partial.mp4").exists()
     with av.open(str(out)) as c:
         assert sum(1 for _ in c.decode(video=0)) == int(stdout.split()[1])
+
+
+@needs_media
+def test_a_live_pipe_into_an_existing_output_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    """A live run found that its output existed only when its first segment opened, after it had read (and
+    dropped) the feed on stdin, which cannot be read again."""
+    from conftest import run_cli
+
+    out = tmp_path / "live.mp4"
+    out.write_bytes(b"earlier recording")
+    proc = run_cli("run", "-", "--live", "-o", str(out), input=CLIP.read_bytes(), timeout=120)
+    err = proc.stderr.decode()
+    assert proc.returncode == 1 and "output exists" in err and "[live" not in err and "Traceback" not in err, err
+    assert out.read_bytes() == b"earlier recording"
+
+
+def test_a_live_input_that_cannot_be_one_is_refused_at_once(tmp_path: Path) -> None:
+    """A missing capture device was retried for about a minute before the run said so; `--live http://...`
+    said "input file not found: http:/..." with the URL's // folded."""
+    from conftest import run_cli
+
+    for src, says, code in (("/dev/video97", "capture device not found: /dev/video97", 3),
+                            ("http://127.0.0.1:1/x.mp4", "http:// is not a live feed", 1)):
+        proc = run_cli("run", src, "--live", "-o", str(tmp_path / "o.mp4"), timeout=30)
+        err = proc.stderr.decode()
+        assert proc.returncode == code and says in err and len(err.strip().splitlines()) == 1, err

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import subprocess
 import sys
@@ -223,6 +224,13 @@ def test_choose_encoding_defaults() -> None:
         choose_video_encoding(OutputConfig(codec="nope"), 64, 48, ".mp4")
     with pytest.raises(StreamdeidError):
         choose_video_encoding(OutputConfig(), 64, 48, ".xyz")
+    # the default codec goes where it can; a codec the user named that the container cannot hold is refused
+    # (`--codec libx265 -o x.webm` was encoded VP9, and `--codec libx264 -o x.gif` GIF, without a word)
+    assert choose_video_encoding(OutputConfig(), 64, 48, ".webm").codec == "libvpx-vp9"
+    assert choose_video_encoding(OutputConfig(), 64, 48, ".gif").codec == "gif"
+    for ext in (".webm", ".gif"):
+        with pytest.raises(StreamdeidError, match="--codec libx265"):
+            choose_video_encoding(OutputConfig(codec="libx265"), 64, 48, ext)
 
 
 # ---------------------------------------------------------- output safety
@@ -266,25 +274,87 @@ def test_close_failure_deletes_and_abort_keeps_partial(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b.partial.mkv", "in.mkv"]
 
 
-def test_killed_writer_leaves_readable_fragmented_mp4(tmp_path: Path) -> None:
-    source = tmp_path / "in.mkv"
-    make_video(source, pts=list(range(75)))
+def _write_and_die(source: Path, out: Path) -> None:
+    """A process writes ``source`` into ``out`` and dies before closing the writer (a killed run)."""
     script = textwrap.dedent(
         f"""
         import os
         from streamdeid.config import OutputConfig
         from streamdeid.video import VideoWriter, open_source
         src = open_source({str(source)!r})
-        w = VideoWriter({str(tmp_path / "out.mp4")!r}, src, OutputConfig())
+        w = VideoWriter({str(out)!r}, src, OutputConfig())
         for f in src.frames():
             w.write(f)
         os._exit(0)
         """
     )
     subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+
+
+def test_killed_writer_leaves_readable_fragmented_mp4(tmp_path: Path) -> None:
+    source = tmp_path / "in.mkv"
+    make_video(source, pts=list(range(75)))
+    _write_and_die(source, tmp_path / "out.mp4")
     assert not (tmp_path / "out.mp4").exists()
     frames, _ = read_all(tmp_path / "out.partial.mp4")
     assert 25 <= len(frames) <= 75
+
+
+def test_a_partial_name_is_taken_over_only_from_a_run_of_ours(tmp_path: Path) -> None:
+    """An output is written to out.partial.mp4 first. A file of the user's with that name (or the input itself)
+    was written over and deleted, exit 0; one a killed run left is ours and is taken over."""
+    source = tmp_path / "in.mkv"
+    make_video(source, pts=list(range(75)))
+    left = tmp_path / "killed.partial.mp4"
+    _write_and_die(source, tmp_path / "killed.mp4")
+    assert left.stat().st_size > 0
+    mine = tmp_path / "mine.partial.mp4"
+    mine.write_bytes(b"MY NOTES")
+    still = tmp_path / "photo.partial.png"
+    write_image(tmp_path / "photo.png", _image(1, 33, 21))
+    (tmp_path / "photo.png").rename(still)
+    before = still.read_bytes()
+    # a folder lists the user's file of that name and the photo, not the killed run's leftover
+    assert [p.name for p in list_media(tmp_path)] == ["in.mkv", "mine.partial.mp4", "photo.partial.png"]
+    with open_source(str(source)) as src:
+        with pytest.raises(StreamdeidError, match="not an unfinished output of streamdeid"):
+            VideoWriter(tmp_path / "mine.mp4", src, OutputConfig())
+        writer = VideoWriter(tmp_path / "killed.mp4", src, OutputConfig())  # the leftover is taken over
+        for f in src.frames():
+            writer.write_frame(f)
+        assert writer.close() == tmp_path / "killed.mp4"
+    assert mine.read_bytes() == b"MY NOTES" and not left.exists()
+    assert len(read_all(tmp_path / "killed.mp4")[0]) == 75
+    with pytest.raises(StreamdeidError, match="not an unfinished output of streamdeid"):
+        write_image(tmp_path / "photo.png", _image(2, 33, 21))
+    assert still.read_bytes() == before and not (tmp_path / "photo.png").exists()
+
+
+@pytest.mark.parametrize("code, published", [(errno.ENOSPC, False), (errno.EINVAL, True)])
+def test_a_disk_that_fails_the_finishing_copy_leaves_no_output(tmp_path: Path, monkeypatch, code: int,
+                                                               published: bool) -> None:
+    """A full disk failed the MP4's finishing copy, and the fragmented file, cut short by the same disk, was
+    published with a warning, exit 0. Now a failed disk leaves nothing; another failure of the copy still
+    publishes the fragmented file, which is whole."""
+    import streamdeid.video.writer as writer_module
+
+    def failing_copy(src, dst, *args):
+        Path(dst).write_bytes(b"half")
+        av.error.err_check(-code)
+
+    monkeypatch.setattr(writer_module, "faststart_copy", failing_copy)
+    source = tmp_path / "in.mkv"
+    make_video(source, pts=list(range(10)))
+    with open_source(str(source)) as src:
+        writer = VideoWriter(tmp_path / "out.mp4", src, OutputConfig())
+        for f in src.frames():
+            writer.write_frame(f)
+        if published:
+            assert writer.close() == tmp_path / "out.mp4"
+        else:
+            with pytest.raises(StreamdeidError, match="cannot finish .*out.mp4"):
+                writer.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.mkv"] + (["out.mp4"] if published else [])
 
 
 def test_write_image_and_folder_listing(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from ..cli_types import FiniteRange
 from ..run.options import run_params
 
 
@@ -22,7 +23,7 @@ def batch_command(run: click.Command) -> click.Command:
     @click.option("--workers", type=click.IntRange(min=1), default=None,
                   help="Workers (each loads the models once). Default: the cluster's CPUs with --ray, else this "
                        "machine's CPUs (at most one per file).")
-    @click.option("--cpus-per-worker", type=click.FloatRange(min=0.1), default=1.0, show_default=True,
+    @click.option("--cpus-per-worker", type=FiniteRange(min=0.1), default=1.0, show_default=True,
                   help="--ray: CPUs Ray reserves for each CPU actor.")
     @click.option("--shard-index", type=click.IntRange(min=0), default=None,
                   help="Do only this share of the inputs (0-based; with --shard-count): for a Kubernetes Indexed "

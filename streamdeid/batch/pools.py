@@ -12,6 +12,7 @@ import logging
 import multiprocessing
 import os
 import signal
+import socket
 import threading
 import time
 from collections import deque
@@ -131,6 +132,24 @@ def ray_module():
     return ray
 
 
+RAY_CONNECT_SECONDS = 5.0
+
+
+def _reachable(address: str) -> None:
+    """A host:port address must answer on its port before Ray is asked to join it: Ray retries an address
+    where nothing listens for minutes, printing a line every 30 s. "auto" (Ray finds the cluster) and
+    ray:// client addresses go to Ray as they are."""
+    if address == "auto" or "://" in address:
+        return
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise StreamdeidError(f"--ray {address}: give host:port (the cluster's GCS address), auto or local")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=RAY_CONNECT_SECONDS).close()
+    except OSError as exc:
+        raise StreamdeidError(f"--ray {address}: no Ray cluster answers there ({exc.strerror or exc})") from None
+
+
 class RayPool:
     """Ray actors, each a BatchWorker that loads the models once. ``address``: "auto" or host:port of an existing
     cluster, or "local" (start one in this process with ``workers`` CPUs). One CPU actor per
@@ -145,10 +164,15 @@ class RayPool:
         if not ray.is_initialized():
             kwargs: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.WARNING,
                                       "log_to_driver": True}
-            if address == "local":
-                ray.init(num_cpus=workers or None, **kwargs)
-            else:
-                ray.init(address=address, **kwargs)
+            try:
+                if address == "local":
+                    ray.init(num_cpus=workers or None, **kwargs)
+                else:
+                    _reachable(address)
+                    ray.init(address=address, **kwargs)
+            except (ValueError, ConnectionError, RuntimeError, TimeoutError) as exc:
+                lines = str(exc).strip().splitlines()
+                raise StreamdeidError(f"--ray {address}: {lines[0] if lines else type(exc).__name__}") from None
         resources = ray.cluster_resources()
         gpus = int(resources.get("GPU", 0))
         cpus = int(resources.get("CPU", 1) // cpus_per_worker)

@@ -26,6 +26,8 @@ REGISTRY: dict[str, type] = {
 
 def create_detector(cfg: DetectConfig | None = None) -> Detector:
     cfg = cfg or DetectConfig()
+    if not 0.0 < cfg.score_threshold < 1.0:  # (nan too) a threshold no score passes finds no face: fail closed
+        raise StreamdeidError(f"detector score threshold must be between 0 and 1, got {cfg.score_threshold}")
     try:
         cls = REGISTRY[cfg.backend]
     except KeyError:

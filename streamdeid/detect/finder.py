@@ -80,6 +80,8 @@ def noise_level(image: np.ndarray) -> float:
     if max(grey.shape) > 1280:
         grey = grey[::2, ::2]
     response = np.abs(cv2.filter2D(grey.astype(np.float32), -1, _NOISE_MASK))[1:-1, 1:-1]
+    if response.size == 0:  # a frame of 1 or 2 px a side has no inner pixel: no noise to speak of
+        return 0.0
     return float(math.sqrt(math.pi / 2) * response.mean() / 6)
 
 

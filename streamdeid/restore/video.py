@@ -20,6 +20,7 @@ from ..files import refuse_clobbering
 
 from ..types import Frame, StreamdeidError
 from ..vault import VaultReader, read_video_id_tag, vault_path_for
+from ..video.images import is_image
 from ..video.partial import final_path_for
 from ..video.reader import open_source
 from ..threads import prefetch
@@ -76,6 +77,8 @@ def recover(anonymized: str, dst: str | Path, *, key_file: str, vault: str | Pat
     refuse_clobbering([("input", src), ("key file", key_file), ("vault", vault_path)], [("output", dst)],
                       overwrite=True)
     if not vault_path.exists():
+        if vault is None and is_image(src):  # a photo is anonymized with no vault at all
+            raise StreamdeidError(f"{anonymized} is a photo: photos get no vault, so their faces cannot be recovered")
         raise StreamdeidError(f"{vault_path}: no such vault (pass --vault)")
     key = load_recovery_key(key_file)
     generator = None

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -119,7 +120,12 @@ class Review:
     # ------------------------------------------------------------------ prepare
     def _check_edits_file(self) -> None:
         """Save replaces the edits file: one that is there must be an edits file (a mistyped --edits naming a
-        vault, a key or anything else would be lost)."""
+        vault, a key or anything else would be lost). Its folder must be there to write in, or the reviewer
+        found out at Save, after the work."""
+        folder = self.edits_path.parent
+        if not folder.is_dir() or not os.access(folder, os.W_OK):
+            raise StreamdeidError(f"--edits {self.edits_path}: cannot write in {folder} (no such folder, or not "
+                                  "writable): Save would fail")
         if not self.edits_path.exists():
             return
         from ..edits.format import load_edits

@@ -100,6 +100,8 @@ def run_options(options: dict[str, Any]) -> RunOptions:
     config = pipeline_config(options, RUN_OPTIONS)
     apply_selection(config, options)
     check_anonymizer_options(options)
+    if options.get("new_key") and not options.get("key_file"):  # it was ignored: the run kept no key
+        raise UsageError("--new-key creates the --key-file it is given; give --key-file PATH")
     return RunOptions(config, key_file=options.get("key_file"), new_key=bool(options.get("new_key")),
                       vault=not options.get("no_vault"), store_crops=not options.get("no_crops"),
                       skip_existing=bool(options.get("skip_existing")), live=live_config(options),

@@ -27,7 +27,7 @@ from ..summary import RunSummary
 from ..types import StreamdeidError, UsageError
 from ..vault import source_fingerprint, vault_path_for
 from ..video.images import is_image, list_media, say_unread, unread_files
-from ..video.inputs import STREAM_SCHEMES
+from ..video.inputs import STREAM_SCHEMES, is_device
 from ..video.partial import partial_path_for
 from ..video.stream_writer import is_stream_output
 from .models import Models
@@ -98,6 +98,13 @@ class Runner:
         if o.edits is not None:
             _refuse_edits(src, o)
         if o.is_live(src):
+            if "://" in src and not src.lower().startswith(STREAM_SCHEMES):
+                raise StreamdeidError(f"{src.split('://', 1)[0]}:// is not a live feed streamdeid reads "
+                                      f"({', '.join(STREAM_SCHEMES)})")
+            if is_device(src) and not Path(src).exists():  # retried, it took a minute to say so
+                from ..live.source import LiveSourceLost
+
+                raise LiveSourceLost(f"capture device not found: {src}")
             if o.skip_existing:
                 raise UsageError("--skip-existing resumes a folder run, not a live feed")
             self.refuse_clobbering(src)
@@ -221,11 +228,18 @@ class Runner:
 
     def _live(self, src: str, dst: str | Path | None) -> RunResult:
         """Without a key file the keys are ephemeral (never stored): DBAF still gets one key per track."""
-        from .recording import segment_vault_factory
+        from ..live.outputs import segment_path
+        from ..video.partial import check_overwrite
         from .live import check_live_output, run_live_feed
+        from .recording import segment_vault_factory
 
         out = check_live_output(dst)
         stream = is_stream_output(out)
+        if not stream:  # before the feed is read: a pipe on stdin cannot be read again
+            first = segment_path(out, 0) if self.options.live.segment_time else Path(out)
+            check_overwrite(first, self.config.output.overwrite)
+            if self.writes_vault() and vault_path_for(first).exists() and not self.config.output.overwrite:
+                raise StreamdeidError(f"{vault_path_for(first)} exists; pass --overwrite to replace it")
         keys = self.next_keys()
         renderer = self.renderer(keys)  # loads the model before connecting
         factory = segment_vault_factory(keys, self.config, renderer.anonymizer) \

@@ -82,9 +82,22 @@ def run_video(src: str, out: Path | str, config: PipelineConfig, renderer: Frame
         finally:
             for close in closers:  # the audit log replaces an earlier one only with the output
                 close(publish=ok and not summary.interrupted, discard=not ok and not summary.interrupted)
+            # the vault is sealed before the output is published: a vault that cannot be finished (a full disk)
+            # leaves no output that looks complete, and an output that cannot be finished leaves no vault
+            try:
+                sealed = _seal_vault(vault_writer, writing, ok or summary.interrupted)
+            except BaseException:
+                if not summary.interrupted:
+                    writer.close(success=False)
+                raise
             if not summary.interrupted:
-                writer.close(success=ok)
-            vault_path = _finish_vault(vault_writer, writing, vault_path, ok, summary.interrupted, out)
+                try:
+                    writer.close(success=ok)
+                except BaseException:
+                    if sealed:
+                        writing.unlink(missing_ok=True)
+                    raise
+            vault_path = _place_vault(sealed, writing, vault_path, summary.interrupted, out)
     if ok and isinstance(out, Path) and vault_path is None and not summary.interrupted:
         _settle_old_vault(out, replaced_id)
     return RunResult(out, summary, vault_path)
@@ -162,19 +175,30 @@ def track_pass(src: str, config: PipelineConfig, renderer: FrameRenderer, edits:
     log.info("edits: removals decided in a tracking pass over %s (%.1f s)", redact(src), time.perf_counter() - t0)
 
 
-def _finish_vault(vault_writer, writing: Path | None, vault_path: Path | None, ok: bool, interrupted: bool,
-                  out: Path) -> Path | None:
-    """Close the vault (written at ``writing``) and put it beside a published output (``vault_path``) or, on
-    Ctrl-C, beside the partial one; delete it on failure. An earlier vault at ``vault_path`` is replaced only
-    in the first case."""
-    if vault_writer is None or vault_path is None or writing is None:
-        return None
-    if ok or interrupted:
+def _seal_vault(vault_writer, writing: Path | None, keep: bool) -> bool:
+    """Finish the vault at ``writing`` when the run's output is kept (it finished, or Ctrl-C left it partial);
+    else abort it and delete it. A vault that cannot be finished is deleted. True when one was sealed."""
+    if vault_writer is None or writing is None:
+        return False
+    if not keep:
+        vault_writer.abort()
+        writing.unlink(missing_ok=True)
+        return False
+    try:
         vault_writer.close()
-        target = vault_path_for(out) if interrupted else vault_path
-        if writing != target:
-            os.replace(writing, target)
-        return target
-    vault_writer.abort()
-    writing.unlink(missing_ok=True)
-    return None
+    except BaseException:
+        writing.unlink(missing_ok=True)
+        raise
+    return True
+
+
+def _place_vault(sealed: bool, writing: Path | None, vault_path: Path | None, interrupted: bool,
+                 out: Path) -> Path | None:
+    """Put the sealed vault beside the published output (``vault_path``, replacing an earlier one) or, on
+    Ctrl-C, beside the partial one."""
+    if not sealed or vault_path is None or writing is None:
+        return None
+    target = vault_path_for(out) if interrupted else vault_path
+    if writing != target:
+        os.replace(writing, target)
+    return target

@@ -9,8 +9,8 @@ anything is decrypted) and returns a generator. While iterating:
 * a truncated vault (partial last record, or the end record missing) is not
   an exception by default: the generator yields every complete record, stops,
   and sets ``reader.damage`` to a :class:`VaultDamage` (``str(damage)`` is a
-  one-line message such as "vault truncated after record 41 (last complete
-  frame 117): ..."). Pass ``strict=True`` to get a StreamdeidError instead.
+  one-line message such as "vault truncated after record 41: the faces
+  recorded after it are missing (those on frames after 117, ...)"). Pass ``strict=True`` to get a StreamdeidError instead.
   ``reader.damage`` is None after a complete, intact vault.
 """
 

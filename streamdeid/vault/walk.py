@@ -85,12 +85,15 @@ class _Walk:
 
     def truncated(self, partial: int) -> Problem:
         seq, last_frame = self.seq, self.last_frame
-        lf = "" if last_frame is None else f" (last complete frame {last_frame})"
+        # records are written per track and group of frames: a frame up to the last one seen can have lost
+        # the faces of tracks whose records came after the cut (the old wording read as "nothing lost" when
+        # the last frame seen was the video's last)
         lost = (
-            f"frames after {last_frame} are missing" if last_frame is not None else "no frame records survived"
+            f"the faces recorded after it are missing (those on frames after {last_frame}, and possibly some on "
+            f"frames up to it)" if last_frame is not None else "no frame records survived"
         )
         tail = f"; a partial record of {partial} bytes was discarded" if partial else "; the end record is missing"
-        return Problem("truncated", seq, f"vault truncated after record {seq}{lf}: {lost}{tail}",
+        return Problem("truncated", seq, f"vault truncated after record {seq}: {lost}{tail}",
                        partial, last_frame)
 
     def next(self) -> Raw | Problem:

@@ -94,9 +94,15 @@ def muxer_options(ext: str) -> dict[str, str]:
 def choose_video_encoding(config: OutputConfig, width: int, height: int, ext: str) -> VideoEncoding:
     """Resolve the configured codec/pix_fmt into something that will encode."""
     output_format(ext)  # reject unknown extensions before anything else
+    chosen = config.codec != OutputConfig.codec  # a codec the user named (the default goes where it can)
     if ext.lower() == ".gif":
+        if chosen:
+            raise StreamdeidError(f"--codec {config.codec}: a .gif output is GIF; give another extension")
         return VideoEncoding("gif", "pal8")
     codec, pix_fmt = config.codec, config.pix_fmt or default_pix_fmt(config)
+    if ext.lower() == ".webm" and codec in X264_LIKE and chosen:  # it was swapped for VP9 without a word
+        raise StreamdeidError(f"--codec {codec}: WebM holds VP8, VP9 and AV1 only (--codec libvpx-vp9), or give "
+                              "the output another extension")
     if ext.lower() == ".webm" and codec in X264_LIKE:
         # WebM holds VP8, VP9 and AV1 only: a .webm input's default output name ends in .webm too
         log.info("WebM cannot hold %s: encoding VP9", codec)
@@ -105,6 +111,8 @@ def choose_video_encoding(config: OutputConfig, width: int, height: int, ext: st
     if codec == "libx264" and pix_fmt in RGB_PIX_FMTS:
         codec = "libx264rgb"  # plain libx264 has no RGB input; this is its RGB twin
     supported = _encoder_pix_fmts(codec)
+    if not supported:  # (rawvideo and the like name no pixel format)
+        raise StreamdeidError(f"codec {codec} cannot be used for the output (try libx264, libx265, ffv1 or libvpx-vp9)")
     if pix_fmt not in supported:
         raise StreamdeidError(f"codec {codec} cannot encode pix_fmt {pix_fmt} (supported: {', '.join(supported)})")
     if codec in X264_LIKE and _subsampled(pix_fmt) and (width % 2 or height % 2):

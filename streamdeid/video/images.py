@@ -45,7 +45,7 @@ def _natural_key(path: Path) -> list[object]:
 def list_media(folder: str | os.PathLike[str], images: bool = True, videos: bool = True) -> list[Path]:
     """Images and/or videos directly inside ``folder``, naturally sorted.
 
-    Hidden files and our own ``*.partial.*`` leftovers are skipped.
+    Hidden files and the unfinished outputs a run of ours left (``*.partial.*`` that it wrote) are skipped.
     """
     wanted = (IMAGE_EXTENSIONS if images else frozenset()) | (VIDEO_EXTENSIONS if videos else frozenset())
     return sorted((p for p in _visible_files(folder) if p.suffix.lower() in wanted), key=_natural_key)
@@ -59,12 +59,15 @@ def unread_files(folder: str | os.PathLike[str]) -> list[Path]:
 
 
 def _visible_files(folder: str | os.PathLike[str]) -> list[Path]:
-    """Files inside ``folder``, but hidden ones and our own ``*.partial.*`` leftovers."""
+    """Files inside ``folder``, but hidden ones and the unfinished outputs a run of ours left. A file of the
+    user's named ``*.partial.*`` is read like any other: skipped, it was left bare and in no report."""
+    from .partial import left_by_a_run  # (video/partial.py imports this package)
+
     root = Path(folder)
     if not root.is_dir():
         raise StreamdeidError(f"not a folder: {root}")
     return [p for p in root.iterdir()
-            if p.is_file() and not p.name.startswith(".") and not p.stem.endswith(".partial")]
+            if p.is_file() and not p.name.startswith(".") and not (p.stem.endswith(".partial") and left_by_a_run(p))]
 
 
 def say_unread(files: list[Path], where: str | os.PathLike[str]) -> None:

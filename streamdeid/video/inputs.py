@@ -79,6 +79,10 @@ def open_container(
         return av.open(path_or_dash, mode="r", format=format or "v4l2", **kwargs), path_or_dash, True
     path = Path(path_or_dash)
     if not path.exists():
+        if "://" in path_or_dash:  # (Path() would also fold its "//" into one)
+            scheme = path_or_dash.split("://", 1)[0]
+            raise StreamdeidError(f"{scheme}:// is not an input streamdeid reads (live feeds: "
+                                  f"{', '.join(STREAM_SCHEMES)}; download a file first)")
         raise StreamdeidError(f"input file not found: {path}")
     if path.is_dir():
         raise StreamdeidError(f"input is a directory, not a video: {path}")

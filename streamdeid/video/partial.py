@@ -14,14 +14,38 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from streamdeid.files import unfinished_copy
 from streamdeid.types import StreamdeidError
 from streamdeid.video import heif
+
+OWN_TAG = "streamdeid"  # the start of the comment tag of every video streamdeid writes (VIDEO_ID_PREFIX too)
 
 
 def partial_path_for(path: Path) -> Path:
     """``out.mp4`` -> ``out.partial.mp4``: same directory, so the final
     rename is atomic, and the same extension, so players still open it."""
-    return path.with_name(f"{path.stem}.partial{path.suffix}")
+    return unfinished_copy(path)
+
+
+def left_by_a_run(partial: Path) -> bool:
+    """Whether an existing ``partial`` is one a run of ours left (killed outright): empty, or a video whose
+    container comment tag streamdeid wrote (every VideoWriter writes one). A file of the user's that only
+    happens to have the name is not, and a run must not write over it."""
+    import av
+
+    try:
+        if partial.stat().st_size == 0:
+            return True
+        with av.open(str(partial)) as c:
+            return any(k.lower() == "comment" and str(v).startswith(OWN_TAG) for k, v in c.metadata.items())
+    except (OSError, av.FFmpegError, ValueError, UnicodeDecodeError):
+        return False
+
+
+def _refuse_foreign(partial: Path, final: Path, ours) -> None:
+    if partial.is_symlink() or (partial.exists() and not ours(partial)):
+        raise StreamdeidError(f"{partial} exists and is not an unfinished output of streamdeid; {final} is written "
+                              "there first: move it away or choose another output name")
 
 
 def final_path_for(path: Path) -> Path | None:
@@ -38,6 +62,7 @@ def claim_partial(partial: Path, final: Path) -> int:
     reused. Filesystem errors read as what they are."""
     import fcntl
 
+    _refuse_foreign(partial, final, left_by_a_run)
     try:
         fd = os.open(partial, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as exc:
@@ -102,6 +127,9 @@ def write_image(path: str | os.PathLike[str], image: np.ndarray, overwrite: bool
         if not ok:
             raise StreamdeidError(f"cannot encode an image as {ext or 'no extension'}: {target}")
     partial = partial_path_for(target)
+    # a still's partial lives for one write: an existing one is the user's (or the input: `run a.partial.jpg
+    # -o a.jpg` moved the input onto the output), and only an empty one is taken
+    _refuse_foreign(partial, target, lambda p: p.is_file() and p.stat().st_size == 0)
     try:
         partial.write_bytes(data if isinstance(data, bytes) else data.tobytes())
         os.replace(partial, target)

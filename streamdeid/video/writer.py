@@ -20,6 +20,7 @@ re-exported here.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 from fractions import Fraction
@@ -46,10 +47,13 @@ from streamdeid.video.encoding import (
     tag_colors,
 )
 from streamdeid.video.finish import faststart_copy
-from streamdeid.video.partial import check_overwrite, claim_partial, partial_path_for, publish, write_image
+from streamdeid.video.partial import OWN_TAG, check_overwrite, claim_partial, partial_path_for, publish, write_image
 from streamdeid.video.inputs import AV_ERRORS
 from streamdeid.video.reader import AudioPacket, ColorInfo, error_reason
 from streamdeid.video.rotation import as_stored, quarter_turns, turned_size
+
+# a disk that failed the finishing copy failed the fragmented file before it as well
+WRITE_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG, errno.EROFS})
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +106,8 @@ class VideoWriter:
         self._claim: int | None = None
         self._container = self._open_container()  # also sets partial_path, _ext and _encoding
         self._metadata = dict(metadata or {})  # container tags, e.g. the vault's video id
+        if not any(k.lower() == "comment" for k in self._metadata):  # what tells a partial file as ours
+            self._metadata["comment"] = OWN_TAG
         self._container.metadata.update(self._metadata)
         try:
             self._video = self._add_video_stream(self._encoding)
@@ -196,7 +202,11 @@ class VideoWriter:
             self._discard()
             raise StreamdeidError(f"no video frames were written; {self.path} not created")
         self._finalize()
-        finished = self._unfragment()
+        try:
+            finished = self._unfragment()
+        except StreamdeidError:
+            self._discard()
+            raise
         try:
             publish(finished, self.path, self._config.overwrite)  # on failure the error names `finished`
         finally:
@@ -221,6 +231,8 @@ class VideoWriter:
             faststart_copy(self.partial_path, finished, output_format(self._ext), self._metadata)
         except AV_ERRORS as exc:  # the fragmented file is still a good video: publish it
             finished.unlink(missing_ok=True)
+            if getattr(exc, "errno", None) in WRITE_ERRORS:  # unless the disk failed it: then it is cut short too
+                raise StreamdeidError(f"cannot finish {self.path}: {error_reason(exc)}") from None
             log.warning("%s stays fragmented (browsers may show a wrong duration): %s", self.path, error_reason(exc))
             return self.partial_path
         return finished
