@@ -308,6 +308,17 @@ def test_a_partial_name_is_taken_over_only_from_a_run_of_ours(tmp_path: Path) ->
     left = tmp_path / "killed.partial.mp4"
     _write_and_die(source, tmp_path / "killed.mp4")
     assert left.stat().st_size > 0
+    early = tmp_path / "early.mkv"  # killed before its first cluster: tags and no frame, so no video to open
+    make_video(tmp_path / "twenty.mkv", pts=list(range(20)))
+    _write_and_die(tmp_path / "twenty.mkv", early)
+    assert 0 < (tmp_path / "early.partial.mkv").stat().st_size < 4096
+    with open_source(str(tmp_path / "twenty.mkv")) as src:
+        writer = VideoWriter(early, src, OutputConfig())  # taken over
+        for f in src.frames():
+            writer.write_frame(f)
+        assert writer.close() == early
+    (tmp_path / "twenty.mkv").unlink()
+    early.unlink()
     mine = tmp_path / "mine.partial.mp4"
     mine.write_bytes(b"MY NOTES")
     still = tmp_path / "photo.partial.png"

@@ -19,6 +19,7 @@ from streamdeid.types import StreamdeidError
 from streamdeid.video import heif
 
 OWN_TAG = "streamdeid"  # the start of the comment tag of every video streamdeid writes (VIDEO_ID_PREFIX too)
+HEADER_BYTES = 1 << 20  # where that tag lies in a partial file: an MP4's moov, Matroska's and AVI's headers
 
 
 def partial_path_for(path: Path) -> Path:
@@ -29,17 +30,15 @@ def partial_path_for(path: Path) -> Path:
 
 def left_by_a_run(partial: Path) -> bool:
     """Whether an existing ``partial`` is one a run of ours left (killed outright): empty, or a video whose
-    container comment tag streamdeid wrote (every VideoWriter writes one). A file of the user's that only
-    happens to have the name is not, and a run must not write over it."""
-    import av
-
+    header holds the comment tag every VideoWriter writes. Read as bytes: a Matroska file killed before its
+    first cluster has its tags but no frame, and does not open as a video. A file of the user's that only
+    happens to have the name is not ours, and a run must not write over it."""
     try:
-        if partial.stat().st_size == 0:
-            return True
-        with av.open(str(partial)) as c:
-            return any(k.lower() == "comment" and str(v).startswith(OWN_TAG) for k, v in c.metadata.items())
-    except (OSError, av.FFmpegError, ValueError, UnicodeDecodeError):
+        with open(partial, "rb") as f:
+            head = f.read(HEADER_BYTES)
+    except OSError:
         return False
+    return not head or OWN_TAG.encode() in head
 
 
 def _refuse_foreign(partial: Path, final: Path, ours) -> None:
