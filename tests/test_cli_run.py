@@ -538,9 +538,12 @@ def test_folder_of_images_and_videos(tmp_path: Path, media: Path) -> None:
     cv2.imwrite(str(folder / "c.tif"), photo)  # TIFF was skipped unseen: "1 ok" for a folder of photos
     (folder / "d.psd").write_bytes(b"not read")  # a Photoshop file (.heic was here until HEIC was read)
     (folder / "notes.txt").write_text("not media")
+    (folder / "day2").mkdir()  # a subfolder was passed over without a word
+    (folder / "day2" / "e.jpg").write_bytes((media / "two_people.jpg").read_bytes())
     proc = run_cli("run", str(folder), "--no-progress")
     assert proc.returncode == 0, _err_line(proc)
     assert "2 file(s) not read, not a photo or video this tool reads (d.psd, notes.txt)" in proc.stderr.decode()
+    assert "1 subfolder(s) not read (day2)" in proc.stderr.decode()
     out = tmp_path / "in_anonymized"
     assert sorted(p.name for p in out.iterdir()) == ["a.jpg", "b.mp4", "c.tif"]
     changed = np.abs(cv2.imread(str(out / "c.tif")).astype(int) - photo).max(axis=2) > 20

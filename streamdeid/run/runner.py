@@ -254,6 +254,11 @@ class Runner:
         if not files:
             raise StreamdeidError(f"{src}: no images or videos in this folder")
         say_unread(unread_files(src), src)
+        subfolders = sorted(p.name for p in src.iterdir() if p.is_dir() and not p.name.startswith("."))
+        if subfolders:  # they were passed over without a word
+            log.warning("%s: %d subfolder(s) not read (%s%s): a folder run reads the files directly inside; "
+                        "`streamdeid batch` reads subfolders too", src, len(subfolders), ", ".join(subfolders[:3]),
+                        ", ..." if len(subfolders) > 3 else "")
         if out.exists() and not out.is_dir():
             raise StreamdeidError(f"{out} is a file: the output of a folder is a folder (give another -o)")
         try:
