@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 from .anonymizers.base import Anonymizer
 from .config import PipelineConfig
-from .edits.apply import EditPlan
+from .edits.apply import EditPlan, cover_added
 from .lookahead import LookaheadBuffer
 from .render import FrameRenderer, PastedFace
 from .selection import SelectStage
@@ -105,6 +105,7 @@ class Pipeline:
         # Frames leaving the look-ahead buffer are rendered together, so a batched generator sees the
         # faces of several frames in one call (1 for classic anonymizers, which gain nothing from it).
         self.batch_frames = max(1, int(batch_frames or renderer.anonymizer.batch_frames))
+        self._told_added: set[int] = set()  # tracks cover_added has logged
         self._pending: list[FrameResult] = []
         # QUEUE_FRAMES frames in flight (at least two batches), as between the other threads: the render
         # thread keeps working through a small-face scan (a crowd pan: 280 ms every sixth frame), and memory
@@ -193,6 +194,8 @@ class Pipeline:
         if self.select is not None:
             for result in self._pending:
                 self.select.split(result)  # with all the evidence gathered so far (look-ahead included)
+                if self.faces.added_tracks:
+                    cover_added(result, self.faces.added_tracks, self._told_added)
         if self.edits is not None:
             for result in self._pending:
                 self.edits.apply(result)  # after split, which sets ``kept`` anew

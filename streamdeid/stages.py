@@ -19,7 +19,7 @@ from .detect.finder import (MAX_SCAN_SIDE, ODD_SIZE_RATIO, FaceFinder, concat, h
                             typical_sizes)
 from .detect.fields import seen_by_detector
 from .detect.turns import TurnWatch
-from .edits.apply import with_added
+from .edits.apply import took_added, with_added
 from .render import FrameRenderer, PastedFace
 from .scenecut import SceneCutDetector
 from .summary import RunSummary, StageTimes
@@ -117,6 +117,7 @@ class FaceStage:
         self.scans_skipped = 0
         self._countdown = 0  # frames until the next scheduled detection
         self._since_scan = self.scan_every  # frames since the last small-face scan (scan on the first run)
+        self.added_tracks: set[int] = set()  # tracks a reviewer's added box (--edits) went into, so far
 
     def step(self, image: np.ndarray, last: bool = False) -> CameraStep:
         """The camera's motion and the scene cut for the next frame's ``image`` ([H, W, 3] uint8 BGR). Call
@@ -198,6 +199,8 @@ class FaceStage:
                                         frame_size=size, added=forced if added is not None else None)
         if self.templates is not None:
             self.templates.update(frame.image, faces)
+        if added is not None:  # the tracks a reviewer's boxes went into: no --keep/--only leaves them visible
+            self.added_tracks.update(took_added(faces, added))
         if self.tracker.num_tracks and self._countdown >= self.every:
             self._countdown = self.every - 1  # a tracked face: back to the tracking cadence
         times.add("detect", t1 - t0 - camera_s)

@@ -460,3 +460,32 @@ def test_an_output_names_the_edits_it_was_rendered_with() -> None:
     assert read_video_id_tag(plain) == read_video_id_tag(edited) == vid.hex()
     assert read_edits_tag(plain) is None and read_edits_tag(edited) == one.digest()
     assert read_edits_tag({"comment": "made with something else"}) is None
+
+
+def test_a_face_a_reviewer_added_is_covered_though_a_keep_photo_matches_it(tmp_path: Path, media: Path) -> None:
+    """`run --edits E --keep SELF.jpg` left the face an added box named fully visible on every frame, exit 0: the
+    keep photo's match overruled the reviewer's "a face to cover here"."""
+    import cv2
+
+    from streamdeid.config import DetectConfig
+    from streamdeid.detect.finder import FaceFinder
+
+    clip = media / "head-pose-face-detection-male.mp4"
+    src = decode(clip)
+    photo = tmp_path / "self.png"
+    cv2.imwrite(str(photo), src[30])  # the same man: --keep leaves him visible
+    found = FaceFinder(DetectConfig()).find(src[5], scan=True)
+    box = tuple(float(v) for v in found.boxes[int(found.scores.argmax())])
+    h, w = src[5].shape[:2]
+    save_edits(Edits(SourceInfo(clip.name, len(src), w, h), add=[Box(5, box)]), tmp_path / "e.json")
+    runs = {}
+    for name, extra in (("kept", ()), ("edited", ("--edits", str(tmp_path / "e.json")))):
+        out = tmp_path / f"{name}.mkv"
+        proc = run_cli("run", str(clip), "-o", str(out), "--keep", str(photo), "--codec", "ffv1", "--no-progress",
+                       *extra)
+        assert proc.returncode == 0, proc.stderr.decode()
+        runs[name] = (decode(out), proc.stderr.decode())
+    kept, edited = runs["kept"][0], runs["edited"][0]
+    assert _changed(src[5], kept[5], box) < 0.05  # --keep alone: he stays visible
+    assert _changed(src[5], edited[5], box) > 0.5  # the added box: covered on its frame
+    assert "a reviewer added a face box to it" in runs["edited"][1]

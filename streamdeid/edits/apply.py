@@ -57,6 +57,28 @@ def with_added(dets: Detections, added: np.ndarray) -> tuple[Detections, np.ndar
     return out, np.arange(len(out)) >= len(kept)
 
 
+def took_added(faces: list[TrackedFace], boxes: np.ndarray) -> set[int]:
+    """The tracks of ``faces`` that took one of a frame's added ``boxes`` [K, 4] (their detection is that box)."""
+    return {f.track_id for f in faces if f.state == "detected"
+            and any(np.allclose(f.box, b, atol=0.01) for b in np.asarray(boxes, np.float32).reshape(-1, 4))}
+
+
+def cover_added(result: FrameResult, tracks: set[int], told: set[int]) -> None:
+    """A face --keep/--only left visible (``result.kept``) goes back to the covered faces when its track took a
+    reviewer's added box (``tracks``): an added box is a face to cover that nothing overrules, and the keep
+    photo's judgement left the face on the reviewed frame bare. ``told``: tracks already logged."""
+    back = [f for f in result.kept if f.track_id in tracks]
+    if not back:
+        return
+    result.kept = [f for f in result.kept if f.track_id not in tracks]
+    result.faces = list(result.faces) + back
+    for f in back:
+        if f.track_id not in told:
+            told.add(f.track_id)
+            log.warning("edits: track %d is covered from frame %d on, though a --keep/--only photo leaves it visible: "
+                        "a reviewer added a face box to it", f.track_id, result.frame.index)
+
+
 def owner(faces: list[TrackedFace], box: tuple[float, float, float, float]) -> TrackedFace | None:
     """The face of ``faces`` a removal ``box`` names: among those overlapping it at OWNER_IOU or more or whose
     box holds its centre, the one overlapping it most (ties: the lowest track id); None when there is none."""
