@@ -531,8 +531,13 @@ def test_a_rotated_output_is_reviewed_as_it_is_shown(tmp_path) -> None:
     proc = run_cli("run", str(src), "-o", str(tmp_path / "again.mp4"), "--key-file", str(key), "--edits",
                    saved["path"], "--anonymizer", "solid", "--no-progress")
     assert proc.returncode == 0, proc.stderr.decode()
+    # what `run --edits` refuses in a file is refused here too: true and 1.9 were saved as frame 1, strings as
+    # coordinates, unknown keys kept silently
     for bad in ({"add": [{"frame": 1e400, "box": [1, 2, 3, 4]}]}, {"add": [{"frame": 1, "box": "x"}]},
-                {"add": [{"frame": 1, "box": [1, 2, float("inf"), 4]}]}, {"add": "x"}):
+                {"add": [{"frame": 1, "box": [1, 2, float("inf"), 4]}]}, {"add": "x"},
+                {"add": [{"frame": True, "box": [1, 2, 30, 40]}]}, {"add": [{"frame": 1.9, "box": [1, 2, 30, 40]}]},
+                {"add": [{"frame": 1, "box": ["1", "2", "30", "40"]}]},
+                {"add": [{"frame": 1, "box": [1, 2, 30, 40], "extra": 1}]}):
         with pytest.raises(ValueError) as err:
             review.save(bad)
         assert "\n" not in str(err.value) and "int()" not in str(err.value)

@@ -353,6 +353,35 @@ def test_prepare_detects_aligns_and_excludes_heldout(tmp_path):
     assert json.loads((tmp_path / "run" / "data" / "prepared.json").read_text())["kept"] == 3
     (tmp_path / "empty").mkdir()
     assert cli.main(["prepare", "--data", str(tmp_path / "empty"), "--run", str(tmp_path / "run2")]) == 2
+    # files of the names prepare writes, with no prepared dataset beside them, are somebody else's: kept
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "train.txt").write_text("my list\n")
+    assert cli.main(["prepare", "--data", str(src), "--run", str(tmp_path / "run3"), "--out", str(mine)]) == 2
+    assert (mine / "train.txt").read_text() == "my list\n" and not (mine / "crops.npy").exists()
+
+
+def test_bad_numbers_and_files_that_are_no_checkpoint_are_one_line(tmp_path, capsys):
+    """--steps -5 trained "step 0 -> -5", a plan's nan minutes ran without a limit, --resolution 100000 ended in
+    OpenCV's allocation error, and an --init file that is no checkpoint in a traceback, after export had made
+    its output folder."""
+    from training import plan
+
+    run = ["--run", str(tmp_path / "r"), "--data", str(tmp_path)]
+    for argv in (["reconstruct", *run, "--steps", "-5"], ["reconstruct", *run, "--minutes", "nan"],
+                 ["reconstruct", *run, "--threads", "0"], ["prepare", *run, "--resolution", "100000"]):
+        with pytest.raises(SystemExit) as exit_:
+            cli.main(argv)
+        assert exit_.value.code == 2
+    for minutes in ("reconstruct=nan", "reconstruct=-1", "reconstruct=abc"):
+        assert plan.main(["--data", str(tmp_path), "--run", str(tmp_path / "r"), "--minutes", minutes]) == 2
+    (tmp_path / "notes.pt").write_text("not a checkpoint")
+    for init in (str(tmp_path / "notes.pt"), str(tmp_path)):
+        capsys.readouterr()
+        assert cli.main(["export", "--run", str(tmp_path / "r"), "--init", init, "--out", str(tmp_path / "w")]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("error: "), err
+    assert not (tmp_path / "w").exists()
 
 
 def test_curve_scores_sample_grids_at_a_common_size(tmp_path):

@@ -231,6 +231,9 @@ def test_choose_encoding_defaults() -> None:
     for ext in (".webm", ".gif"):
         with pytest.raises(StreamdeidError, match="--codec libx265"):
             choose_video_encoding(OutputConfig(codec="libx265"), 64, 48, ext)
+    with pytest.raises(StreamdeidError, match="takes 0-51"):  # x264 encoded crf 99 as 51
+        choose_video_encoding(OutputConfig(crf=60), 64, 48, ".mp4")
+    assert choose_video_encoding(OutputConfig(crf=60), 64, 48, ".webm").codec == "libvpx-vp9"
 
 
 # ---------------------------------------------------------- output safety

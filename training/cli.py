@@ -35,18 +35,19 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--preset", choices=PRESET_NAMES, default="cpu-small",
                     help="the configuration to start from (training/config.py; default: cpu-small)")
     ap.add_argument("--resume", action="store_true", help="continue RUN/STAGE from its newest checkpoint")
-    ap.add_argument("--steps", type=int, help="total steps of this stage (overrides the config)")
-    ap.add_argument("--minutes", type=float,
+    ap.add_argument("--steps", type=at_least(1), help="total steps of this stage (overrides the config)")
+    ap.add_argument("--minutes", type=positive,
                     help="stop this stage after training that long in this call (a checkpoint is written)")
     ap.add_argument("--init", help="starting weights: a stage dir, state .pt or generator .safetensors; "
                                    "'none' for random weights (default: the previous stage in RUN)")
-    ap.add_argument("--threads", type=int, help="torch intra-op threads (default: the preset's)")
+    ap.add_argument("--threads", type=at_least(1), help="torch intra-op threads (default: the preset's)")
     ap.add_argument("--device", choices=("auto", "cpu", "cuda"), help="default: the preset's (auto: CUDA if any)")
     ap.add_argument("--out", help="prepare: output dir (default RUN/data); export: default RUN/weights")
     ap.add_argument("--precision", choices=("fp16", "fp32"), default="fp16",
                     help="export: how the weights are stored (fp16 halves the shipped file)")
     ap.add_argument("--limit", type=at_least(0), default=0, help="prepare: only the first N files (0: all)")
-    ap.add_argument("--resolution", type=int, help="prepare: crop size (default: the config's resolution)")
+    ap.add_argument("--resolution", type=between(16, 1024),
+                    help="prepare: crop size, 16-1024 px (default: the config's resolution)")
     ap.add_argument("--overwrite", action="store_true",
                     help="prepare and export: replace what an earlier call wrote to the same place")
     return ap
@@ -60,6 +61,24 @@ def at_least(low: int):
             raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
         return value
     return parse
+
+
+def between(low: int, high: int):
+    """An argparse type: an int from ``low`` to ``high``."""
+    def parse(text: str) -> int:
+        value = int(text)
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be {low}-{high}, got {value}")
+        return value
+    return parse
+
+
+def positive(text: str) -> float:
+    """An argparse type: a finite number over 0 (nan and inf ran a stage without a limit)."""
+    value = float(text)
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number over 0, got {text}")
+    return value
 
 
 def error_line(exc: BaseException) -> str:

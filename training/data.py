@@ -181,6 +181,10 @@ def prepare(data_dir: str | Path, out_dir: str | Path, resolution: int, *, max_d
     if (out_dir / PREPARED_FILE).exists() and not overwrite:
         raise FileExistsError(f"{out_dir} holds a prepared dataset already (a run may be training on it); "
                               "pass --overwrite to replace it, or --out elsewhere")
+    there = [n for n in (CROPS_FILE, TRAIN_LIST) if (out_dir / n).exists()]
+    if there and not overwrite:  # files of that name with no prepared dataset beside them: somebody else's
+        raise FileExistsError(f"{out_dir} holds {' and '.join(there)}, which prepare writes; pass --overwrite to "
+                              "replace them, or --out elsewhere")
     t0 = time.time()
     files = list_images(data_dir)
     if limit:
@@ -214,7 +218,8 @@ def prepare(data_dir: str | Path, out_dir: str | Path, resolution: int, *, max_d
             **report.__dict__}
     (out_dir / PREPARED_FILE).write_text(json.dumps(meta, indent=1), encoding="utf-8")
     log(f"prepare: {report.found} files -> {report.kept} training crops at {resolution} px "
-        f"({len(refused)} held-out refused, {len(no_face)} without a face, {len(report.duplicates)} "
+        f"({len(refused)} held-out refused, {len(no_face)} without a face, {len(unreadable)} unreadable, "
+        f"{len(report.duplicates)} "
         f"near-duplicates, {len(report.heldout_duplicates)} near-duplicates of held-out faces) "
         f"in {report.seconds:.0f} s -> {out_dir}")
     return report

@@ -40,7 +40,12 @@ DATA_LICENCE = ("Trained on the data named in 'dataset'. UTKFace is licensed for
 def find_source(run_root: Path, init: str | None) -> Path:
     if init:
         p = Path(init)
-        return latest_state(p) if p.is_dir() else p
+        if not p.exists():
+            raise FileNotFoundError(f"--init {p}: no such file or folder")
+        st = latest_state(p) if p.is_dir() else p
+        if st is None:
+            raise FileNotFoundError(f"--init {p}: no checkpoint in {p / 'checkpoints'}")
+        return st
     for stage in EXPORT_ORDER:
         st = latest_state(run_root / stage)
         if st is not None:
@@ -80,8 +85,11 @@ def export(run_root: str | Path, out_dir: str | Path | None = None, *, init: str
     if there and not overwrite:
         raise FileExistsError(f"{out} holds exported weights already ({', '.join(there)}); pass --overwrite to "
                               "replace them, or --out elsewhere")
+    try:  # before anything is written: a file that is no checkpoint leaves no empty output folder
+        model, info = load_generator(src)
+    except (KeyError, RuntimeError, TypeError) as exc:  # a .safetensors or state of another shape
+        raise ValueError(f"{src} is not a streamdeid generator checkpoint ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
     out.mkdir(parents=True, exist_ok=True)
-    model, info = load_generator(src)
     if info["stage"] != "anonymize":
         log(f"export: WARNING the newest checkpoint is of stage {info['stage']!r}, not 'anonymize': "
             "its KRIA is untrained and it does not anonymize")

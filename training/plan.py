@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from . import cli
-from .config import TRAIN_STAGES
+from .config import PRESET_NAMES, TRAIN_STAGES
 from .trainer import latest_state
 
 STEPS_UNBOUNDED = 10**9  # the time budget, not a step count, ends each stage
@@ -29,7 +29,13 @@ def parse_minutes(text: str) -> list[tuple[str, float]]:
         stage, _, minutes = item.partition("=")
         if stage not in TRAIN_STAGES or not minutes:
             raise ValueError(f"--minutes: {item!r} is not STAGE=MINUTES with a training stage")
-        plan.append((stage, float(minutes)))
+        try:
+            value = float(minutes)
+        except ValueError:
+            value = float("nan")
+        if not 0 < value < 10_000:  # (nan too: a stage with no time limit ran unbounded)
+            raise ValueError(f"--minutes: {item!r}: MINUTES must be a number over 0")
+        plan.append((stage, value))
     return plan
 
 
@@ -39,7 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--run", required=True, help="experiment root")
     ap.add_argument("--minutes", required=True, help="STAGE=MINUTES,... in training order")
     ap.add_argument("--config", help="JSON file deep-merged over the preset, for every stage")
-    ap.add_argument("--preset", default="cpu-small")
+    ap.add_argument("--preset", default="cpu-small", choices=PRESET_NAMES,
+                    help="the configuration every stage starts from (training/config.py)")
     ap.add_argument("--init", default="none", help="the first stage's starting weights (default: random)")
     ap.add_argument("--out", help="export: output dir (default RUN/weights, which a resumed plan replaces)")
     ap.add_argument("--overwrite", action="store_true", help="export: replace weights already in --out")

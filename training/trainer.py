@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import pickle
 import signal
 import subprocess
 import threading
@@ -147,8 +148,12 @@ def latest_state(stage_dir: Path) -> Path | None:
 
 
 def load_state(path: Path) -> dict:
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    if state.get("format") != STATE_FORMAT or int(state.get("version", -1)) != STATE_VERSION:
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, EOFError, RuntimeError, ValueError):  # (a missing file stays an OSError)
+        raise ValueError(f"{path} is not a {STATE_FORMAT} checkpoint (torch cannot read it)") from None
+    if not isinstance(state, dict) or state.get("format") != STATE_FORMAT \
+            or int(state.get("version", -1)) != STATE_VERSION:
         raise ValueError(f"{path} is not a {STATE_FORMAT} v{STATE_VERSION} file")
     return state
 

@@ -132,7 +132,10 @@ def build_app(review, token: str, port: int):
         if len(body) > MAX_BODY:
             return secure(JSONResponse({"error": "too large"}, status_code=413))
         try:
-            payload = json.loads(body)
+            try:
+                payload = json.loads(body)
+            except RecursionError:  # (a RuntimeError: it read as "not available", 501)
+                raise ValueError("the JSON is nested too deep") from None
             if not isinstance(payload, dict):
                 raise ValueError("a JSON object is expected")
             saved = await asyncio.to_thread(review.save, payload)

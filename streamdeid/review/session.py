@@ -500,11 +500,19 @@ class Review:
 
     @staticmethod
     def _box(item: dict, facts: VideoFacts, Box):
-        try:  # a page's request, or anyone's on the loopback: each value checked, one plain line when wrong
-            frame = int(item["frame"])
-            x1, y1, x2, y2 = (float(v) for v in item["box"])
-        except (TypeError, ValueError, KeyError, OverflowError):
-            raise ValueError(f"each box needs a frame number and four numbers x1, y1, x2, y2; got {item!r:.120}")
+        # a page's request, or anyone's on the loopback: each value checked as `run --edits` checks the file
+        # (edits/format.py), one plain line when wrong: true or 1.9 was saved as frame 1, "50" as a coordinate
+        def number(v) -> bool:
+            return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+        ok = (isinstance(item, dict) and set(item) == {"frame", "box"} and isinstance(item["frame"], int)
+              and not isinstance(item["frame"], bool) and isinstance(item["box"], list) and len(item["box"]) == 4
+              and all(number(v) for v in item["box"]))
+        if not ok:
+            raise ValueError(f"each box is {{\"frame\": N, \"box\": [x1, y1, x2, y2]}} with a whole frame number and "
+                             f"four numbers, and nothing else; got {item!r:.120}")
+        frame = item["frame"]
+        x1, y1, x2, y2 = (float(v) for v in item["box"])
         if not np.isfinite([x1, y1, x2, y2]).all():
             raise ValueError(f"box {item['box']!r:.80} at frame {frame} is not four finite numbers")
         if not 0 <= frame < facts.frames:

@@ -100,6 +100,8 @@ def read_audit_log(path: Path) -> Tracks:
                 except (ValueError, KeyError, TypeError) as exc:
                     raise StreamdeidError(f"{path}:{n}: not an audit log line of `streamdeid run --export-tracks` "
                                           f"({type(exc).__name__}: {exc})") from None
+    except UnicodeDecodeError:  # a key file or a video given as --tracks
+        raise StreamdeidError(f"{path}: not an audit log of `streamdeid run --export-tracks` (not text)") from None
     except OSError as exc:
         raise StreamdeidError(f"cannot read {path}: {exc.strerror or exc}") from None
     return Tracks(covers, f"audit log {path}", decisions, video_id=video_id)

@@ -108,6 +108,8 @@ def choose_video_encoding(config: OutputConfig, width: int, height: int, ext: st
         log.info("WebM cannot hold %s: encoding VP9", codec)
         codec = "libvpx-vp9"
         pix_fmt = config.pix_fmt or ("gbrp" if config.crf == 0 else "yuv420p")
+    if codec in X264_LIKE and config.crf > 51:  # x264 and x265 stop at 51 and took more as 51 without a word
+        raise StreamdeidError(f"--crf {config.crf}: {codec} takes 0-51 (63 is VP9's top)")
     if codec == "libx264" and pix_fmt in RGB_PIX_FMTS:
         codec = "libx264rgb"  # plain libx264 has no RGB input; this is its RGB twin
     supported = _encoder_pix_fmts(codec)
