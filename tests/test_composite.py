@@ -87,7 +87,7 @@ def test_run_model_names_a_bank_the_user_built(media, tmp_path):
         assert r.returncode == 1 and says in r.stderr and b"internal error" not in r.stderr, r.stderr
         assert not (tmp_path / "no.jpg").exists()
     r = run_cli("run", str(src), "-o", str(tmp_path / "no.jpg"), "--model", str(bank))
-    assert r.returncode == 1 and b"--model is for" in r.stderr
+    assert r.returncode == 2 and b"--model is for" in r.stderr  # options that do not go together
 
 
 def test_a_bank_built_from_a_users_folder_runs_and_is_not_replaced(tmp_path, capsys):

@@ -162,9 +162,9 @@ def check_anonymizer_options(options: dict[str, Any]) -> None:
                                   "(python -m training composites --out DIR)")
         load_bank(model_path)  # damaged or unreadable: said before any output
     elif model_path is not None:
-        raise StreamdeidError("--model is for --anonymizer dbaf (a generator file) or composite (a bank folder)")
-    if options.get("no_crops") and method != "dbaf":
-        raise StreamdeidError("--no-crops keeps no face pixels: only --anonymizer dbaf can be recovered from such "
+        raise UsageError("--model is for --anonymizer dbaf (a generator file) or composite (a bank folder)")
+    if options.get("no_crops") and method != "dbaf":  # options that do not go together: exit 2, as README says
+        raise UsageError("--no-crops keeps no face pixels: only --anonymizer dbaf can be recovered from such "
                               "a vault (recover --mode model)")
 
 
