@@ -319,7 +319,9 @@ def recover(anonymized: str, output: str, key_file: str, vault: str | None, trac
     from .api import recover as do_recover
 
     if mode == "exact" and model_path is not None:
-        raise StreamdeidError("--model is for --mode model")
+        raise UsageError("--model is for --mode model")
+    if output == "-":  # it read "unsupported output extension ''"
+        raise UsageError("recover writes a file (the originals, which a pipe could leak): give -o PATH")
     options = {"codec": codec, "crf": crf, "overwrite": overwrite, "no_progress": no_progress}
     config = pipeline_config(options, RECOVER_OPTIONS)
     if mode == "model":
@@ -360,6 +362,8 @@ def export_key(key_file: str, vault: str, track: int, output: str) -> None:
     from .restore import load_recovery_key
     from .vault import VaultReader
 
+    if output == "-":  # as keygen: a key on a terminal or in a pipe would end up in scrollback and logs
+        raise UsageError("export-key writes the key to a file, not to stdout: give a path (such as track3.key)")
     master = load_recovery_key(key_file)
     if not isinstance(master, MasterKey):
         raise StreamdeidError(f"{key_file} is a track key; export-key needs the master key")

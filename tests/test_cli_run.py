@@ -1140,3 +1140,13 @@ def test_a_vault_that_cannot_be_finished_leaves_no_output(tmp_path: Path, media:
     with pytest.raises(StreamdeidError, match="No space left"):
         anonymize(str(src), tmp_path / "out.mp4", PipelineConfig(), key_file=str(tmp_path / "k.bin"), new_key=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.mp4", "k.bin"]
+
+
+def test_keys_and_originals_are_never_written_to_stdout(tmp_path: Path) -> None:
+    """`export-key -o -` wrote a key file named "-"; `recover -o -` said "unsupported output extension ''"."""
+    for args in (("export-key", "--key-file", "k.bin", "--vault", "v.sdv", "--track", "1", "-o", "-"),
+                 ("recover", "x.mp4", "--key-file", "k.bin", "-o", "-")):
+        proc = run_cli(*args)
+        err = proc.stderr.decode()
+        assert proc.returncode == 2 and ("not to stdout" in err or "give -o PATH" in err), err
+        assert len(err.strip().splitlines()) == 1 and not (Path.cwd() / "-").exists(), err
