@@ -227,3 +227,18 @@ def test_a_photo_s_transparency_dropped_is_said(tmp_path) -> None:
         err = proc.stderr.decode()
         assert proc.returncode == 0, err
         assert ("its transparency is dropped" in err) == (ext != "opaque.png"), err
+
+
+def test_a_face_a_quarter_turned_gets_the_turned_boxs_landmarks(media):
+    """two_people.jpg stored a quarter turned (no EXIF): the upright passes boxed one face at 0.56 with an upright
+    face's landmark pattern, and the turned pass's 0.93 box of it was dropped as the same face. The cover, laid
+    along those landmarks, left mouth and chin bare. Now the surer turned box replaces it: every face's eyes and
+    mouth lie along the picture's x axis, as the faces do."""
+    image = cv2.rotate(cv2.imread(str(media / "two_people.jpg")), cv2.ROTATE_90_COUNTERCLOCKWISE)
+    found = StillFinder(FaceFinder(DetectConfig())).find(image)
+    big = [(b, lm) for b, s, lm in zip(found.boxes, found.scores, found.landmarks) if b[2] - b[0] >= 100 and s >= 0.5]
+    assert len(big) == 2
+    for _box, lm in big:
+        eyes, mouth = lm[:2].mean(axis=0), lm[3:5].mean(axis=0)
+        dx, dy = mouth - eyes
+        assert abs(dx) > 2 * abs(dy), lm  # sideways, as the face is

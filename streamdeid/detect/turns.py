@@ -105,6 +105,14 @@ def turned_back(dets: Detections, back: np.ndarray) -> Detections:
     return Detections(np.concatenate([centre - extent, centre + extent], axis=1), dets.scores.copy(), landmarks)
 
 
+def pooled(dets: list[Detections]) -> tuple[np.ndarray, np.ndarray] | None:
+    """The boxes [M, 4] and scores [M] of several passes' detections together; None when they hold none."""
+    dets = [d for d in dets if len(d)]
+    if not dets:
+        return None
+    return np.concatenate([d.boxes for d in dets]), np.concatenate([d.scores for d in dets])
+
+
 def own_faces(turned_dets: Detections, others: list[Detections]) -> np.ndarray:
     """[N] bool: the turned pass's boxes on no face the other passes boxed (SAME_FACE_IOU), where a sure
     turned box (ACTIVATE_SCORE) over only weak boxes (under WEAK_OTHER) counts as its own: that is the turned
@@ -112,11 +120,10 @@ def own_faces(turned_dets: Detections, others: list[Detections]) -> np.ndarray:
     0.91-0.93 turned and 0.31-0.35 upright, narrow and off-centre, and its eyes stayed bare (the NMS that
     follows keeps the surer box). A turned box that outscored any upright box took the band pan's over-cover
     from 7.08% to 7.50% (heads on one side boxed again, turned, and tracked twice)."""
-    others = [o for o in others if len(o)]
-    if not len(turned_dets) or not others:
+    pool = pooled(others)
+    if not len(turned_dets) or pool is None:
         return np.ones(len(turned_dets), bool)
-    boxes = np.concatenate([o.boxes for o in others])
-    scores = np.concatenate([o.scores for o in others])
+    boxes, scores = pool
     same = iou_matrix(turned_dets.boxes, boxes) >= SAME_FACE_IOU  # [N, M]
     overrides = (turned_dets.scores[:, None] >= ACTIVATE_SCORE) & (scores[None, :] < WEAK_OTHER)
     return ~(same & ~overrides).any(axis=1)
