@@ -27,15 +27,15 @@ import numpy as np
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # the repo root: evaluation/
 from evaluation import create_recognizers, heldout_files  # noqa: E402
 from evaluation.faces import load_face_set  # noqa: E402
-from training.composites import age_band  # noqa: E402
+from training.composites import age_band, parse_label  # noqa: E402
 
 UTK = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "utkface-crops" / "images"
 
 
 def labels(path: Path) -> tuple[str, str, str]:
     """(gender, race, age band) from a UTKFace file name ``age_gender_race_date...``."""
-    age, gender, race = path.name.split("_")[:3]
-    return gender, race, age_band(int(age)) or "baby"
+    age, gender, race = parse_label(path.name)
+    return str(gender), str(race), age_band(age) or "baby"
 
 
 def pair_rates(matched: np.ndarray, groups: list[tuple[str, str, str]]) -> dict[str, dict]:

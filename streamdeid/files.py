@@ -50,9 +50,15 @@ def refuse_same_file(src: str | Path, out: Path) -> None:
         return
     if _same(src, out):
         raise StreamdeidError(f"the output {out} is the input itself; choose another -o (the source would be lost)")
-    if _same(src, unfinished_copy(out)):
-        raise StreamdeidError(f"the output {out} is first written to {unfinished_copy(out)}, which is the input "
-                              "itself; choose another -o (the source would be lost)")
+    _refuse_unfinished_copy_read(out, [("input", src)])
+
+
+def _refuse_unfinished_copy_read(out: Path, reads: list[tuple[str, str | Path | None]]) -> None:
+    """An output is written first to its unfinished copy, beside it: that copy must be none of ``reads``."""
+    for read_what, r in reads:
+        if r is not None and str(r) != "-" and _same(r, unfinished_copy(out)):
+            raise ClobberError(f"the output {out} is first written to {unfinished_copy(out)}, which is the "
+                               f"{read_what} itself; choose another path (the {read_what} would be lost)")
 
 
 class ClobberError(StreamdeidError):
@@ -76,11 +82,8 @@ def refuse_clobbering(reads: list[tuple[str, str | Path | None]], writes: list[t
         if where in seen:
             raise ClobberError(f"{path} is given as both the {seen[where]} and the {what}; choose another path")
         seen[where] = what
-        if what == "output":  # written first to its unfinished copy, beside it
-            for read_what, r in reads:
-                if r is not None and str(r) != "-" and _same(r, unfinished_copy(path)):
-                    raise ClobberError(f"the {what} {path} is first written to {unfinished_copy(path)}, which is "
-                                       f"the {read_what} itself; choose another path (the {read_what} would be lost)")
+        if what == "output":
+            _refuse_unfinished_copy_read(path, reads)
         if not path.exists():
             continue
         for read_what, r in reads:

@@ -170,14 +170,15 @@ class StillFinder:
             passes = [self._detector(fast_side).detect(view.image),
                       self._detector(self.finder.scan_side(vw, vh) or fast_side).detect(view.image)]
             probe = turned_back(merge(passes, AGREE_IOU), view.back)
-            sure = own_faces(probe, [found]) & (probe.scores >= ACTIVATE_SCORE)
+            own, confident = own_faces(probe, [found]), probe.scores >= ACTIVATE_SCORE
+            sure = own & confident
             if sure.sum() > upright_sure:
                 whole = turned(image, angle)
                 dets = turned_back(self._find_upright(whole.image, brighten(whole.image)), whole.back)
                 taken.append(dets[own_faces(dets, [found])])
             elif sure.any():
                 taken.append(self._unless_odd(image, probe[sure], found, angle))
-            surer = ~own_faces(probe, [found]) & (probe.scores >= ACTIVATE_SCORE)
+            surer = ~own & confident
             if surer.any():  # on faces the upright passes boxed: outscored() decides in find()
                 taken.append(probe[surer])
         return taken

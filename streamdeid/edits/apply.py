@@ -133,8 +133,7 @@ class EditPlan:
         self.last_frame = max(self.last_frame, result.frame.index)
         for j, box in self._adds_at.get(result.frame.index, ()):
             # the added box is its track's detection on this frame: that very box
-            took = [f.track_id for f in result.faces if f.state == "detected" and np.allclose(f.box, box, atol=0.01)]
-            for track in took:
+            for track in took_added(result.faces, np.asarray(box, np.float32)):
                 self.added.setdefault(track, j)
                 self.removed.discard(track)
         for k, box in self._removes.get(result.frame.index, ()):

@@ -126,7 +126,7 @@ def from_json(data: Any) -> Edits:
     if "version" not in data:
         raise _Invalid("missing field \"version\"")
     version = data["version"]
-    if not _is_int(version) or version != VERSION:
+    if not is_whole(version) or version != VERSION:
         raise _Invalid(f"edits version {json.dumps(version)[:20]} is not supported (this streamdeid reads "
                        f"version {VERSION})")
     _known_keys(data, _TOP, "")
@@ -150,11 +150,11 @@ class _Invalid(StreamdeidError):
     """What is wrong with a parsed edits file (``load_edits`` adds the path)."""
 
 
-def _is_int(v: Any) -> bool:
+def is_whole(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _is_number(v: Any) -> bool:
+def is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
@@ -176,7 +176,7 @@ def _source(obj: Any) -> SourceInfo:
         raise _Invalid("source.name must be a string")
     for name in ("frames", "width", "height"):
         v = obj[name]
-        if not _is_int(v) or v < 1:
+        if not is_whole(v) or v < 1:
             raise _Invalid(f"source.{name} must be a whole number of at least 1, got {json.dumps(v)[:20]}")
     return SourceInfo(obj["name"], obj["frames"], obj["width"], obj["height"])
 
@@ -195,10 +195,10 @@ def _box(item: Any, where: str) -> Box:
         if name not in item:
             raise _Invalid(f"{where}: missing field \"{name}\"")
     frame = item["frame"]
-    if not _is_int(frame) or frame < 0:
+    if not is_whole(frame) or frame < 0:
         raise _Invalid(f"{where}: frame must be a whole number from 0, got {json.dumps(frame)[:20]}")
     box = item["box"]
-    ok = (isinstance(box, list) and len(box) == 4 and all(_is_number(v) and math.isfinite(v) for v in box)
+    ok = (isinstance(box, list) and len(box) == 4 and all(is_number(v) and math.isfinite(v) for v in box)
           and box[2] > box[0] and box[3] > box[1])
     if not ok:
         raise _Invalid(f"{where}: box must be 4 finite numbers [x1, y1, x2, y2] with x2 > x1 and y2 > y1, "
@@ -210,7 +210,7 @@ def _span(frames: Any, frame: int, where: str) -> tuple[int, int] | None:
     """A removal's optional ``frames``: [first, last] around its own frame."""
     if frames is None:
         return None
-    ok = (isinstance(frames, list) and len(frames) == 2 and all(_is_int(v) for v in frames)
+    ok = (isinstance(frames, list) and len(frames) == 2 and all(is_whole(v) for v in frames)
           and 0 <= frames[0] <= frame <= frames[1])
     if not ok:
         raise _Invalid(f"{where}: frames must be [first, last] whole numbers around frame {frame}, "

@@ -502,12 +502,10 @@ class Review:
     def _box(item: dict, facts: VideoFacts, Box):
         # a page's request, or anyone's on the loopback: each value checked as `run --edits` checks the file
         # (edits/format.py), one plain line when wrong: true or 1.9 was saved as frame 1, "50" as a coordinate
-        def number(v) -> bool:
-            return isinstance(v, (int, float)) and not isinstance(v, bool)
+        from ..edits.format import is_number, is_whole
 
-        ok = (isinstance(item, dict) and set(item) == {"frame", "box"} and isinstance(item["frame"], int)
-              and not isinstance(item["frame"], bool) and isinstance(item["box"], list) and len(item["box"]) == 4
-              and all(number(v) for v in item["box"]))
+        ok = (isinstance(item, dict) and set(item) == {"frame", "box"} and is_whole(item["frame"])
+              and isinstance(item["box"], list) and len(item["box"]) == 4 and all(is_number(v) for v in item["box"]))
         if not ok:
             raise ValueError(f"each box is {{\"frame\": N, \"box\": [x1, y1, x2, y2]}} with a whole frame number and "
                              f"four numbers, and nothing else; got {item!r:.120}")

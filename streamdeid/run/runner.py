@@ -27,7 +27,7 @@ from ..summary import RunSummary
 from ..types import StreamdeidError, UsageError
 from ..vault import source_fingerprint, vault_path_for
 from ..video.images import is_image, list_media, say_unread, unread_files
-from ..video.inputs import STREAM_SCHEMES, is_device
+from ..video.inputs import is_device, refuse_unread_scheme
 from ..video.partial import partial_path_for
 from ..video.stream_writer import is_stream_output
 from .models import Models
@@ -98,9 +98,7 @@ class Runner:
         if o.edits is not None:
             _refuse_edits(src, o)
         if o.is_live(src):
-            if "://" in src and not src.lower().startswith(STREAM_SCHEMES):
-                raise StreamdeidError(f"{src.split('://', 1)[0]}:// is not a live feed streamdeid reads "
-                                      f"({', '.join(STREAM_SCHEMES)})")
+            refuse_unread_scheme(src)
             if is_device(src) and not Path(src).exists():  # retried, it took a minute to say so
                 from ..live.source import LiveSourceLost
 
@@ -121,10 +119,7 @@ class Runner:
             if dst is None:
                 raise StreamdeidError("reading from stdin (-) needs an output path: -o OUTPUT")
         elif not Path(src).exists():
-            if "://" in src:  # http:// and the like: FFmpeg could read some, but not as a feed we handle
-                scheme = src.split("://", 1)[0]
-                raise StreamdeidError(f"{scheme}:// is not an input streamdeid reads (live feeds: "
-                                      f"{', '.join(STREAM_SCHEMES)}; download a file first)")
+            refuse_unread_scheme(src)  # http:// and the like: FFmpeg could read some, but not as a feed we handle
             raise StreamdeidError(f"{src}: no such file or folder")
         if dst is not None and is_stream_output(str(dst)):
             self.refuse_clobbering(src)

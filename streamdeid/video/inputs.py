@@ -58,6 +58,13 @@ def is_live_input(path: str) -> bool:
     return path == STDIN or is_stream_url(path) or is_device(path)
 
 
+def refuse_unread_scheme(src: str) -> None:
+    """A URL of a scheme that is neither a live feed streamdeid reads nor a file (http:// and the like)."""
+    if "://" in src and not is_stream_url(src):
+        raise StreamdeidError(f"{src.split('://', 1)[0]}:// is not a live feed or file streamdeid reads (live feeds: "
+                              f"{', '.join(STREAM_SCHEMES)}; download a file first)")
+
+
 def open_container(
     path_or_dash: str,
     format: str | None,
@@ -79,10 +86,7 @@ def open_container(
         return av.open(path_or_dash, mode="r", format=format or "v4l2", **kwargs), path_or_dash, True
     path = Path(path_or_dash)
     if not path.exists():
-        if "://" in path_or_dash:  # (Path() would also fold its "//" into one)
-            scheme = path_or_dash.split("://", 1)[0]
-            raise StreamdeidError(f"{scheme}:// is not an input streamdeid reads (live feeds: "
-                                  f"{', '.join(STREAM_SCHEMES)}; download a file first)")
+        refuse_unread_scheme(path_or_dash)  # (Path() would also fold its "//" into one)
         raise StreamdeidError(f"input file not found: {path}")
     if path.is_dir():
         raise StreamdeidError(f"input is a directory, not a video: {path}")
