@@ -31,6 +31,7 @@ _WORKER: BatchWorker | None = None  # the worker of a local pool process
 
 
 ORPHAN_POLL_SECONDS = 1.0
+INTERRUPT_WAIT_SECONDS = 15.0  # how long an interrupted driver waits for its workers' partial files
 
 
 def _init_local(opts: dict[str, Any], level: int = logging.WARNING) -> None:
@@ -118,10 +119,23 @@ class LocalPool:
         return out
 
     def close(self) -> None:
-        # With nothing in flight, wait for the executor's manager thread: left running, it closes its wakeup pipe
-        # while the interpreter's exit hook writes to it (Python 3.11), and a batch that ended well printed
-        # "OSError: Bad file descriptor" with a traceback. Files in flight (Ctrl-C) are not waited for.
-        self._executor.shutdown(wait=not self._inflight, cancel_futures=True)
+        # Wait for the executor's manager thread: left running, it closes its wakeup pipe while the interpreter's
+        # exit hook writes to it (Python 3.11), and a batch that ended well printed "OSError: Bad file descriptor"
+        # with a traceback. Files in flight (Ctrl-C) are waited for a bounded time: Ctrl-C reached the workers too,
+        # and each is finishing its partial file and printing its "interrupted" line; a driver that left at once
+        # made them orphans, which leave within ORPHAN_POLL_SECONDS, before that line under load.
+        pending = self._finish_inflight()
+        self._executor.shutdown(wait=not pending, cancel_futures=True)
+
+    def _finish_inflight(self) -> bool:
+        """True when files are still in flight after INTERRUPT_WAIT_SECONDS (or a second Ctrl-C)."""
+        if not self._inflight:
+            return False
+        try:
+            _, pending = wait_futures(list(self._inflight), timeout=INTERRUPT_WAIT_SECONDS)
+        except KeyboardInterrupt:  # a second Ctrl-C: leave now
+            return True
+        return bool(pending)
 
 
 def ray_module():
