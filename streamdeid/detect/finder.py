@@ -28,7 +28,7 @@ import numpy as np
 
 from streamdeid.config import DetectConfig
 from streamdeid.detect.base import Detector, nms, scaled_size
-from streamdeid.detect.turns import TurnWatch, own_faces, turned, turned_back
+from streamdeid.detect.turns import ACTIVATE_SCORE, TurnWatch, own_faces, pooled, replaces, turned, turned_back
 from streamdeid.track.matching import intersection_matrix
 from streamdeid.types import Detections, StreamdeidError, longest_sides
 
@@ -198,6 +198,21 @@ def odd_boxes(boxes: np.ndarray, width: int, height: int, typical: np.ndarray | 
             | (cut_y & ~cut_x & (w >= ODD_EDGE_RATIO * typical)))
 
 
+def _turned_instead(found: list[Detections], upright: int, surer: list[Detections]) -> list[Detections]:
+    """``found`` (the upright passes' detections, holding ``upright`` boxes, then the turned passes') with each
+    upright box a sure turned box outscores (turns.outscored: a sideways face boxed with upright landmarks, whose
+    cover left mouth and chin bare) replaced by that turned box."""
+    pool, ups = pooled(surer), pooled(found)
+    if pool is None or ups is None or not upright:
+        return found
+    swap = replaces(ups[:upright], pool)  # [upright, M]
+    if not swap.any():
+        return found
+    keep = np.ones(len(ups), bool)
+    keep[:upright] = ~swap.any(axis=1)
+    return [ups[keep], pool[swap.any(axis=0)]]
+
+
 class FaceFinder:
     """Runs the passes of one detector backend over frames of any size."""
 
@@ -270,6 +285,7 @@ class FaceFinder:
         if turns is not None and h and w:
             upright = sum(len(f) for f in found)
             active = turns.active
+            surer = []  # sure turned boxes on faces the upright passes boxed: they may stand for them (outscored)
             for angle in turns.due(scan=scan, cut=cut):
                 view = turned(bright, angle)
                 if angle in active:
@@ -277,7 +293,10 @@ class FaceFinder:
                 else:
                     passes = [self._probe_for(w, h, view.image).detect(view.image)]
                 dets = turned_back(merge(passes, self.cfg.nms_threshold), view.back)
-                found.append(dets[turns.take(angle, dets.scores, own_faces(dets, found), upright)])
+                own = own_faces(dets, found)
+                found.append(dets[turns.take(angle, dets.scores, own, upright)])
+                surer.append(dets[~own & (dets.scores >= ACTIVATE_SCORE)])
+            found = _turned_instead(found, upright, surer)
         return drop_nested(merge(found, self.cfg.nms_threshold))
 
     def _probe_for(self, width: int, height: int, view: np.ndarray) -> Detector:

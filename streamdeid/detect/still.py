@@ -45,7 +45,7 @@ from streamdeid.detect.base import Detector
 from streamdeid.detect.centerface import CenterFaceDetector
 from streamdeid.detect.closer import CloserLook, local_contrast
 from streamdeid.detect.finder import MAX_SCAN_SIDE, SCAN_FACE_PX, FaceFinder, brighten, merge, odd_boxes
-from streamdeid.detect.turns import ACTIVATE_SCORE, SAME_FACE_IOU, TURNS, own_faces, pooled, turned, turned_back
+from streamdeid.detect.turns import ACTIVATE_SCORE, TURNS, outscored, own_faces, turned, turned_back
 from streamdeid.track.matching import iou_matrix
 from streamdeid.types import Detections
 
@@ -74,8 +74,6 @@ CENTERFACE_THRESHOLD = 0.2
 # TILE_OVERLAP (a face up to that tall lies whole in one of them; larger ones the scan finds): faces from
 # SCAN_FACE_PX. On a 6000 x 4000 photo of UTKFace faces (a red-team check) the scan alone left 12 of 726
 # faces of 40-48 px and 59 of 363 of 32 px uncovered.
-# A sure turned box replaces the upright passes' box of the same face when it scores this much more (outscored)
-TURN_MARGIN = 0.2
 TILE_SIDE = 1920
 TILE_OVERLAP = 160
 # YuNet's landmarks: right eye, left eye, nose tip, right and left mouth corner (the subject's).
@@ -279,18 +277,6 @@ class StillFinder:
                     found.append(confirmed)
                     break
         return merge(found, AGREE_IOU)
-
-
-def outscored(found: Detections, turned_faces: list[Detections]) -> np.ndarray:
-    """[N] bool: the boxes of ``found`` (upright passes) on a face (SAME_FACE_IOU) that a sure turned box
-    (ACTIVATE_SCORE) found with a score TURN_MARGIN or more above theirs."""
-    pool = pooled(turned_faces)
-    if not len(found) or pool is None:
-        return np.zeros(len(found), bool)
-    boxes, scores = pool
-    same = iou_matrix(found.boxes, boxes) >= SAME_FACE_IOU  # [N, M]
-    better = (scores[None, :] >= ACTIVATE_SCORE) & (scores[None, :] >= found.scores[:, None] + TURN_MARGIN)
-    return (same & better).any(axis=1)
 
 
 def _tile_starts(length: int) -> tuple[list[int], int]:

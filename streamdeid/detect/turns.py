@@ -48,6 +48,11 @@ CANDIDATE_RUNS = 2
 CANDIDATE_SCORE = 0.7
 # A turned pass's box on a face the other passes boxed (IoU) is that face again, not a turned one.
 SAME_FACE_IOU = 0.3
+# A sure turned box replaces the upright passes' box of the same face when it scores this much more (outscored),
+# or scores more at all where the two disagree on the face's roll by ROLL_DISAGREE degrees or more (one of them
+# has the face's landmarks wrong, and the surer is the likelier right).
+TURN_MARGIN = 0.2
+ROLL_DISAGREE = 45.0
 # A turn not yet active takes a face only from this score: on the upright shared clips (hamilton, the
 # store aisle, the worker zone, every sixth frame, all three turns) the turned passes boxed 103 things the
 # upright passes did not, none scoring 0.8 (hamilton 14 from 0.6); on the same pan and hamilton turned a quarter
@@ -105,12 +110,41 @@ def turned_back(dets: Detections, back: np.ndarray) -> Detections:
     return Detections(np.concatenate([centre - extent, centre + extent], axis=1), dets.scores.copy(), landmarks)
 
 
-def pooled(dets: list[Detections]) -> tuple[np.ndarray, np.ndarray] | None:
-    """The boxes [M, 4] and scores [M] of several passes' detections together; None when they hold none."""
+def pooled(dets: list[Detections]) -> Detections | None:
+    """Several passes' detections together (no NMS); None when they hold none."""
     dets = [d for d in dets if len(d)]
     if not dets:
         return None
-    return np.concatenate([d.boxes for d in dets]), np.concatenate([d.scores for d in dets])
+    return Detections(np.concatenate([d.boxes for d in dets]), np.concatenate([d.scores for d in dets]),
+                      np.concatenate([d.landmarks for d in dets]))
+
+
+def roll(landmarks: np.ndarray) -> np.ndarray:
+    """[N] degrees: the angle of each face's eye line ([N, 5, 2] landmarks, right eye then left), 0 upright."""
+    eyes = landmarks[:, 1] - landmarks[:, 0]  # [N, 2]
+    return np.degrees(np.arctan2(eyes[:, 1], eyes[:, 0]))
+
+
+def outscored(found: Detections, turned_faces: list[Detections]) -> np.ndarray:
+    """[N] bool: the boxes of ``found`` (the upright passes) on a face (SAME_FACE_IOU) that a sure turned box
+    (ACTIVATE_SCORE) scores TURN_MARGIN more than, or more at all where the two boxes' landmarks disagree on the
+    face's roll by ROLL_DISAGREE or more. The turned box then stands for the face: its landmarks turn the cover
+    with it. An upright pass boxes a sideways face with an upright face's landmarks, and its cover then leaves
+    mouth and chin bare (two_people.jpg a quarter turned: 0.56 against 0.93; a clip stored sideways, every
+    detector run: 0.51-0.85 at a roll of 0-34 degrees against 0.84-0.92 turned, at -91 to -96)."""
+    pool = pooled(turned_faces)
+    if not len(found) or pool is None:
+        return np.zeros(len(found), bool)
+    return replaces(found, pool).any(axis=1)
+
+
+def replaces(found: Detections, turned_faces: Detections) -> np.ndarray:
+    """[N, M] bool: turned box m stands for face n of ``found`` instead of its box (see outscored)."""
+    same = iou_matrix(found.boxes, turned_faces.boxes) >= SAME_FACE_IOU  # [N, M]
+    apart = np.abs((roll(found.landmarks)[:, None] - roll(turned_faces.landmarks)[None, :] + 180) % 360 - 180)
+    margin = np.where(apart >= ROLL_DISAGREE, 0.0, TURN_MARGIN)  # [N, M]
+    theirs, ours = turned_faces.scores[None, :], found.scores[:, None]
+    return same & (theirs >= ACTIVATE_SCORE) & (theirs > ours + margin - 1e-6)
 
 
 def own_faces(turned_dets: Detections, others: list[Detections]) -> np.ndarray:
@@ -123,9 +157,8 @@ def own_faces(turned_dets: Detections, others: list[Detections]) -> np.ndarray:
     pool = pooled(others)
     if not len(turned_dets) or pool is None:
         return np.ones(len(turned_dets), bool)
-    boxes, scores = pool
-    same = iou_matrix(turned_dets.boxes, boxes) >= SAME_FACE_IOU  # [N, M]
-    overrides = (turned_dets.scores[:, None] >= ACTIVATE_SCORE) & (scores[None, :] < WEAK_OTHER)
+    same = iou_matrix(turned_dets.boxes, pool.boxes) >= SAME_FACE_IOU  # [N, M]
+    overrides = (turned_dets.scores[:, None] >= ACTIVATE_SCORE) & (pool.scores[None, :] < WEAK_OTHER)
     return ~(same & ~overrides).any(axis=1)
 
 
