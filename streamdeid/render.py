@@ -9,7 +9,8 @@ survives to solid fill for good (see ``streamdeid.leakguard``).
 Besides the new frame, rendering reports, per face, which frame pixels it
 changed and what they were before (``PastedFace``), so the recovery vault can
 restore them exactly. Where the soft masks of two faces overlap, each changed
-pixel is *owned* by exactly one face (the one with the larger mask weight), so
+pixel is *owned* by exactly one face (in faces' cores the one whose centre is nearest, elsewhere the
+larger mask weight), so
 restoring one person never uncovers another.
 """
 
@@ -379,13 +380,19 @@ def _cut(image: np.ndarray, roi: tuple[int, int, int, int]) -> np.ndarray:
 
 
 def _ownership(warped: list[WarpedFace | None]) -> list[np.ndarray | None]:
-    """Per face, the ROI pixels it changes and owns (largest mask weight wins, ties to the first).
+    """Per face, the ROI pixels it changes and owns (``_claim``: a pixel in faces' cores, their masks from
+    CORE_WEIGHT, goes to the face whose centre is nearest; the rest to the larger mask weight; ties to the earlier
+    face).
+
+    What a face owns is what its track key restores (run/recording.py), so this is what keeps restoring one
+    person from uncovering another. By mask weight alone, a small face inside a large cover, where both weigh 1,
+    went to the large one: recovering one hamilton performer's track restored five audience faces under his
+    cover (a security review, 2026-11-27).
 
     Faces whose rectangles meet are grouped (a face that meets none owns what it changes); each group gets
-    one pass with a best-weight and an owner map over its bounding area: each face claims the pixels where
-    its weight beats every earlier face's, so the cost grows with the covered pixels, not with pairs of
-    faces (a crowd has hundreds). At 1080p one map over every face spanned most of the frame (17 ms a
-    frame, profiled), where the faces that meet are a few pairs."""
+    one pass with a best-claim and an owner map over its bounding area, so the cost grows with the covered
+    pixels, not with pairs of faces (a crowd has hundreds). At 1080p one map over every face spanned most of
+    the frame (17 ms a frame, profiled), where the faces that meet are a few pairs."""
     live = [i for i, wf in enumerate(warped) if wf is not None]
     owned: list[np.ndarray | None] = [None] * len(warped)
     rois = np.array([warped[i].roi for i in live], np.int64).reshape(-1, 4)  # [M, 4] x, y, w, h
@@ -397,19 +404,39 @@ def _ownership(warped: list[WarpedFace | None]) -> list[np.ndarray | None]:
         r = rois[group]
         ox, oy = int(r[:, 0].min()), int(r[:, 1].min())
         width, height = int((r[:, 0] + r[:, 2]).max()) - ox, int((r[:, 1] + r[:, 3]).max()) - oy
-        best = np.zeros((height, width), np.float32)  # largest weight so far per pixel
+        best = np.zeros((height, width), np.float32)  # strongest claim so far per pixel
         owner = np.full((height, width), -1, np.int32)  # face holding it
         for i in faces:
             wf = warped[i]
             x, y, w, h = wf.roi
             sl = np.s_[y - oy:y - oy + h, x - ox:x - ox + w]
-            wins = wf.alpha > best[sl]  # strictly: a tie stays with the earlier face
-            np.copyto(best[sl], wf.alpha, where=wins)  # copyto: a third of boolean indexing's time
+            claim = _claim(wf.alpha)
+            wins = claim > best[sl]  # strictly: a tie stays with the earlier face
+            np.copyto(best[sl], claim, where=wins)  # copyto: a third of boolean indexing's time
             np.copyto(owner[sl], i, where=wins)
         for i in faces:
             x, y, w, h = warped[i].roi
             owned[i] = owner[y - oy:y - oy + h, x - ox:x - ox + w] == i
     return owned
+
+
+CORE_WEIGHT = 0.5  # a face's mask from this weight is its core (the face; below it, the feathered margin)
+
+
+def _claim(alpha: np.ndarray) -> np.ndarray:
+    """[h, w] float32: how strongly a face with mask ``alpha`` ([h, w] in [0, 1]) claims each pixel. Outside its
+    core, its weight (under CORE_WEIGHT); in its core, 1 + 1 / (1 + the pixel's distance in pixels from the
+    mask's weighted centre), so a core beats any margin and where cores meet the nearer face's centre wins: a
+    small face inside a large cover keeps its own pixels, two neighbours split their overlap down the middle."""
+    claim = alpha.astype(np.float32, copy=True)
+    core = alpha >= CORE_WEIGHT
+    if core.any():
+        total = float(alpha.sum())
+        ys, xs = np.arange(alpha.shape[0], dtype=np.float32), np.arange(alpha.shape[1], dtype=np.float32)
+        cy, cx = float(alpha.sum(axis=1) @ ys) / total, float(alpha.sum(axis=0) @ xs) / total
+        dist = np.hypot(xs[None, :] - cx, ys[:, None] - cy)  # [h, w]
+        claim[core] = 1.0 + 1.0 / (1.0 + dist[core])
+    return claim
 
 
 def _meeting_groups(rois: np.ndarray) -> list[list[int]]:

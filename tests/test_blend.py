@@ -245,11 +245,12 @@ def test_feather_is_chosen_by_anonymizer_and_never_thins_the_face():
     np.testing.assert_array_equal(mask, cover)
 
 
-def test_ownership_largest_weight_wins_and_a_lone_face_owns_what_it_changes():
+def test_ownership_by_claim_and_a_lone_face_owns_what_it_changes():
     """render._ownership against a per-pixel count over the whole frame: faces that meet share their pixels
-    by weight (ties to the earlier face), a face that meets none owns its changed pixels."""
+    by claim (in cores the nearest centre, then the larger weight; ties to the earlier face), a face that
+    meets none owns its changed pixels."""
     from streamdeid.blend.paste import WarpedFace
-    from streamdeid.render import _ownership
+    from streamdeid.render import _claim, _ownership
 
     rng = np.random.default_rng(3)
     rois = [(10, 10, 30, 20), (30, 15, 25, 25), (100, 60, 20, 20), (45, 30, 10, 10), (200, 5, 8, 8)]
@@ -259,17 +260,41 @@ def test_ownership_largest_weight_wins_and_a_lone_face_owns_what_it_changes():
         faces.append(WarpedFace((x, y, w, h), alpha, np.zeros((h, w, 3), np.uint8)))
     faces.insert(2, None)  # a face outside the frame
     owned = _ownership(faces)
-    best = np.zeros((120, 240), np.float32)
+    best = np.zeros((120, 240))
     owner = np.full((120, 240), -1)
     for i, f in enumerate(faces):
         if f is None:
             continue
         x, y, w, h = f.roi
-        wins = f.alpha > best[y:y + h, x:x + w]
-        best[y:y + h, x:x + w][wins] = f.alpha[wins]
+        claim = _claim(f.alpha)
+        wins = claim > best[y:y + h, x:x + w]
+        best[y:y + h, x:x + w][wins] = claim[wins]
         owner[y:y + h, x:x + w][wins] = i
     assert owned[2] is None
     for i, f in enumerate(faces):
         if f is not None:
             x, y, w, h = f.roi
             np.testing.assert_array_equal(owned[i], owner[y:y + h, x:x + w] == i)
+            np.testing.assert_array_equal(owned[i] & ~(f.alpha > 0), False)  # only pixels it changes
+
+
+def test_a_small_face_under_a_large_cover_owns_its_own_pixels():
+    """A small face inside a large face's cover, where both masks weigh 1: its pixels are its own, so the large
+    face's track key does not restore it (by mask weight the large cover took them all: recovering one
+    hamilton performer restored five audience faces under his cover)."""
+    from streamdeid.blend.paste import WarpedFace
+    from streamdeid.render import _ownership
+
+    def disc(x, y, side):
+        yy, xx = np.mgrid[:side, :side]
+        alpha = (np.hypot(xx - side / 2 + 0.5, yy - side / 2 + 0.5) < side / 2).astype(np.float32)
+        return WarpedFace((x, y, side, side), alpha, np.zeros((side, side, 3), np.uint8))
+
+    large, small = disc(0, 0, 100), disc(60, 40, 16)  # the small one's centre 0.4 of the large radius out
+    for order in ([large, small], [small, large]):
+        owned = _ownership(order)
+        o_small = owned[order.index(small)]
+        o_large = owned[order.index(large)]
+        assert o_small[small.alpha > 0].mean() > 0.95  # the small face's own disc
+        assert not o_large[40:56, 60:76][o_small].any()  # each pixel one owner
+        assert (o_large | np.pad(o_small, ((40, 44), (60, 24))))[large.alpha > 0].all()  # every pixel an owner

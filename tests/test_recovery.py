@@ -288,6 +288,34 @@ def test_selective_recovery_exported_track_key(lossless, source_frames, tmp_path
     assert sorted(p.name for p in tmp_path.iterdir()) == ["person.key", "person.mkv"]
 
 
+def test_one_persons_pixels_hold_no_other_face_under_a_large_cover(tmp_path):
+    """Hamilton's first 40 frames: the performer's back-filled and widened cover spans audience faces. What a
+    track's record owns is what its key restores; each detected face's middle (its box's central half) is owned
+    by no other track for more than half of it. By mask weight alone the performer's track owned the whole
+    middle of five audience faces (a security review: `recover --track` of him showed them at 45 dB)."""
+    from conftest import make_video
+
+    with av.open(str(MEDIA / "short_hamilton_clip.mp4")) as c:
+        frames = [f.to_ndarray(format="bgr24") for _, f in zip(range(40), c.decode(video=0))]
+    src = make_video(tmp_path / "ham.mp4", frames, fps=30)
+    key, out, tracks = tmp_path / "k.bin", tmp_path / "anon.mp4", tmp_path / "tracks.jsonl"
+    cli("run", src, "-o", out, "--key-file", key, "--new-key", "--export-tracks", tracks, "--no-progress",
+        check_ok=True)
+    masks = owned_masks(Path(str(out) + ".sdv"), key, frames[0].shape[:2])
+    worst: tuple[float, tuple[int, int, int]] = (0.0, (-1, -1, -1))  # share, (frame, owner, face's track)
+    for line in tracks.read_text().splitlines():
+        d = json.loads(line)
+        if d.get("state") != "detected":
+            continue
+        x1, y1, x2, y2 = d["box"]
+        cx, cy, hw, hh = (x1 + x2) / 2, (y1 + y2) / 2, (x2 - x1) / 4, (y2 - y1) / 4
+        a, b, c, e = int(max(cx - hw, 0)), int(max(cy - hh, 0)), int(min(cx + hw, 640)), int(min(cy + hh, 360))
+        for other, m in masks.get(d["frame"], {}).items():
+            if other != d["track"] and c > a and e > b:
+                worst = max(worst, (float(m[b:e, a:c].mean()), (d["frame"], other, d["track"])))
+    assert worst[1][0] >= 0 and worst[0] <= 0.5, worst
+
+
 # --------------------------------------------------------------------------- wrong keys and damaged vaults
 
 
