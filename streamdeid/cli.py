@@ -37,7 +37,9 @@ class _Terminated(KeyboardInterrupt):
 _TERMINATED: list[bool] = []  # set by the handler: the run's interruption was a SIGTERM
 
 
-def _end_on_sigterm() -> None:
+def _end_on_sigterm(*, hangup: bool = False) -> None:
+    """SIGTERM (and with ``hangup`` SIGHUP: the terminal closed) ends the command as Ctrl-C does. For recover
+    that matters most: killed outright, it left a playable partial file of the original faces."""
     import signal
     import threading
 
@@ -47,6 +49,8 @@ def _end_on_sigterm() -> None:
 
     if threading.current_thread() is threading.main_thread():  # (the only thread that may set one)
         signal.signal(signal.SIGTERM, handler)
+        if hangup:
+            signal.signal(signal.SIGHUP, handler)
 
 
 def _silence_stdout() -> None:
@@ -324,6 +328,7 @@ def recover(anonymized: str, output: str, key_file: str, vault: str | None, trac
         raise UsageError("recover writes a file (the originals, which a pipe could leak): give -o PATH")
     options = {"codec": codec, "crf": crf, "overwrite": overwrite, "no_progress": no_progress}
     config = pipeline_config(options, RECOVER_OPTIONS)
+    _end_on_sigterm(hangup=True)
     if mode == "model":
         click.echo(f"streamdeid: note: {MODEL_MODE_CAVEAT}", err=True)
     res = do_recover(anonymized, output, key_file=key_file, vault=vault, tracks=list(tracks) or None,

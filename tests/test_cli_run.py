@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -720,14 +721,14 @@ def _long_input(tmp_path: Path, media: Path) -> Path:
     return make_video(tmp_path / "long.mp4", frames * (LONG_FRAMES // 30), fps=30)
 
 
-def _stopped_midway(sig: int, *run_args: str) -> tuple[subprocess.Popen, bytes]:
-    """``streamdeid run RUN_ARGS`` (its -o OUT.mp4 among them) sent ``sig`` once OUT.partial.mp4 passes 50 KB:
-    the ended process and its stderr."""
+def _stopped_midway(sig: int, *run_args: str, command: str = "run") -> tuple[subprocess.Popen, bytes]:
+    """``streamdeid COMMAND RUN_ARGS`` (its -o OUT.mp4 among them) sent ``sig`` once OUT.partial.mp4 passes
+    50 KB: the ended process and its stderr."""
     out = Path(run_args[run_args.index("-o") + 1])
     partial = out.with_name(out.stem + ".partial" + out.suffix)
     # SIG_DFL for SIGINT in the child: a suite started in the background (``cmd &``) has SIGINT
     # ignored, which children inherit, and Python then installs no KeyboardInterrupt handler.
-    proc = subprocess.Popen([sys.executable, "-m", "streamdeid.cli", "run", *run_args, "--no-progress"],
+    proc = subprocess.Popen([sys.executable, "-m", "streamdeid.cli", command, *run_args, "--no-progress"],
                             stderr=subprocess.PIPE, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and (not partial.exists() or partial.stat().st_size < 50_000):
@@ -753,6 +754,26 @@ def test_interrupt_leaves_playable_partial(tmp_path: Path, media: Path, sig: int
     assert not out.exists()  # the final name only ever holds a complete output
     frames = decode(partial)
     assert 0 < len(frames) < LONG_FRAMES
+
+
+def test_recover_stopped_midway_leaves_no_originals_and_its_output_is_owner_only(tmp_path: Path,
+                                                                                  media: Path) -> None:
+    """A recovered video holds the original faces. Killed by SIGTERM or SIGHUP, recover left a playable partial
+    file of them (readable by every user under the usual umask); now both end as Ctrl-C does and remove it.
+    A finished recovery is mode 0600, as its vault is (a security review)."""
+    anon, key = tmp_path / "anon.mp4", tmp_path / "k.bin"
+    proc = run_cli("run", str(_long_input(tmp_path, media)), "-o", str(anon), "--key-file", str(key), "--new-key",
+                   "--anonymizer", "solid", "--no-progress")
+    assert proc.returncode == 0, _err_line(proc)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        out = tmp_path / f"rec{sig}.mp4"
+        proc, err = _stopped_midway(sig, str(anon), "-o", str(out), "--key-file", str(key), command="recover")
+        assert proc.returncode == 143 and "Traceback" not in err.decode(), err.decode()
+        assert not out.exists() and not (tmp_path / f"rec{sig}.partial.mp4").exists()
+    out = tmp_path / "rec.mp4"
+    proc = run_cli("recover", str(anon), "-o", str(out), "--key-file", str(key), "--no-progress")
+    assert proc.returncode == 0, _err_line(proc)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
 
 
 def test_an_interrupted_rerun_leaves_the_earlier_output_its_vault_and_log(tmp_path: Path, media: Path) -> None:

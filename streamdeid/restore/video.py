@@ -104,7 +104,8 @@ def recover(anonymized: str, dst: str | Path, *, key_file: str, vault: str | Pat
             apply = _ModelRestore(generator, key, reader, notes)
         # decoding the vault's crop videos (PyAV releases the GIL) overlaps decoding and encoding the video
         groups = prefetch(records_by_frame(reader, key, tracks), 64, "vault-prefetch")
-        writer = VideoWriter(dst, source, config.output, metadata=dict(source.metadata))
+        # the originals: owner-only, as the vault is (the umask left them readable by every user)
+        writer = VideoWriter(dst, source, config.output, metadata=dict(source.metadata), private=True)
         ok = False
         try:
             frames, beyond = _restore_frames(source, groups, apply, writer, config.progress)

@@ -54,16 +54,19 @@ def final_path_for(path: Path) -> Path | None:
     return path.with_name(f"{path.stem[: -len('.partial')]}{path.suffix}")
 
 
-def claim_partial(partial: Path, final: Path) -> int:
+def claim_partial(partial: Path, final: Path, *, private: bool = False) -> int:
     """Create or open ``partial`` and hold an exclusive lock on it for this run (an fd to close when
     done). Two runs writing one output name would otherwise write one file and both "finish" it: the
     second is told at once instead. A partial file left by a run that died is not locked, and is
-    reused. Filesystem errors read as what they are."""
+    reused. Filesystem errors read as what they are. ``private``: readable by its owner only (mode 0600, a
+    recovered video of the original faces), set before anything is written into it."""
     import fcntl
 
     _refuse_foreign(partial, final, left_by_a_run)
     try:
-        fd = os.open(partial, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(partial, os.O_RDWR | os.O_CREAT, 0o600 if private else 0o644)
+        if private:
+            os.fchmod(fd, 0o600)  # a partial file left by an earlier run keeps its mode otherwise
     except OSError as exc:
         raise StreamdeidError(f"cannot create {partial}: {exc.strerror}") from None
     try:
