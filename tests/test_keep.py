@@ -129,9 +129,14 @@ def test_selector_fails_closed_on_a_switch():
     assert not only.visible(1, 4) and not only.visible(1, 8)
 
 
-def test_keep_on_a_still(tmp_path, media):
+def test_keep_on_a_still(tmp_path, media, monkeypatch):
     """two_people.jpg with one of the two as the reference (cut from the photo itself): that one stays,
-    the other is covered."""
+    the other is covered. No identity vector of the reference outlives the run: earlier versions cached it,
+    world-readable and named by the photo's hash, and the cache they left is removed (a security review)."""
+    old = tmp_path / "cache" / "streamdeid" / "references" / "0123.npy"
+    old.parent.mkdir(parents=True)
+    np.save(old, np.ones(128, np.float32))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     from streamdeid.config import DetectConfig
     from streamdeid.detect.finder import FaceFinder
 
@@ -146,6 +151,7 @@ def test_keep_on_a_still(tmp_path, media):
     proc = run_cli("run", str(media / "two_people.jpg"), "-o", str(out), "--keep", str(ref),
                    "--anonymizer", "solid", "--export-tracks", str(log), "--no-progress")
     assert proc.returncode == 0, proc.stderr
+    assert list((tmp_path / "cache").rglob("*.npy")) == []
     # the audit log says why each face was kept or covered, as a video's does
     lines = [json.loads(line) for line in log.read_text().splitlines()]
     decisions = {r["track"]: r["decision"] for r in lines if "decision" in r}

@@ -4,13 +4,15 @@ A reference is a photo (or a folder of photos) of one person. Each photo must
 show exactly one face (counting faces at least a third the size of the
 largest: a tiny face in the background is ignored, two people are refused),
 so a photo can never make a second person's face a reference by accident.
-Embeddings are cached by file content under ``~/.cache/streamdeid/references``.
+The embeddings are kept in memory only: an identity vector written to a cache (as earlier versions did, under
+``~/.cache/streamdeid/references``, world-readable, named by the photo's hash) outlives the run and lets anyone
+with a candidate photo confirm who was selected. Embedding a photo takes well under a second.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,26 +50,17 @@ def reference_files(specs: list[str]) -> list[Path]:
     return files
 
 
-def _cache_path(data: bytes, model_tag: str) -> Path:
-    root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "streamdeid" / "references"
-    return root / f"{hashlib.sha256(model_tag.encode() + data).hexdigest()[:32]}.npy"
-
-
-def load_references(specs: list[str], finder, sface, *, model_tag: str = "sface-2021dec") -> list[Reference]:
+def load_references(specs: list[str], finder, sface) -> list[Reference]:
     """Embed every reference photo (``finder``: a FaceFinder, ``sface``: an SFace)."""
+    _forget_old_cache()
     refs = []
     for path in reference_files(specs):
         try:
             data = path.read_bytes()
         except OSError as e:
             raise StreamdeidError(f"{path}: cannot read reference photo: {e.strerror}") from None
-        cache = _cache_path(data, model_tag)
-        if cache.is_file():
-            refs.append(Reference(str(path), np.load(cache)))
-            continue
         image = decode_image(data, path)
         emb = sface.embed_face(image, _one_face(path, finder.find(image, scan=True)))
-        _save(cache, emb)
         refs.append(Reference(str(path), emb))
     return refs
 
@@ -83,11 +76,8 @@ def _one_face(path: Path, dets) -> np.ndarray:
     return dets.landmarks[int(big[0])]
 
 
-def _save(cache: Path, emb: np.ndarray) -> None:
-    try:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_suffix(f".{os.getpid()}.tmp.npy")
-        np.save(tmp, emb.astype(np.float32))
-        os.replace(tmp, cache)
-    except OSError:
-        pass  # a cache that cannot be written only costs time
+def _forget_old_cache() -> None:
+    """Remove the embeddings earlier versions cached (see the top): identity vectors of the people selected."""
+    root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "streamdeid" / "references"
+    if root.is_dir():
+        shutil.rmtree(root, ignore_errors=True)
