@@ -202,3 +202,22 @@ def test_key_file_others_can_read_is_warned_about(tmp_path, caplog):
         load_key(p)
     (record,) = caplog.records
     assert "chmod 600" in record.getMessage() and "644" in record.getMessage()
+
+
+def test_source_fingerprints_of_one_input_differ_between_vaults(tmp_path):
+    """Two vaults made from one input with one key showed the same clear fingerprint, which links them (a
+    security review); salted with each vault's video id they differ, and a resumed folder run still knows an
+    input by either its salted or (older vaults) its unsalted form."""
+    from streamdeid.run.runner import _fingerprints
+    from streamdeid.vault import source_fingerprint
+
+    src = tmp_path / "in.bin"
+    src.write_bytes(os.urandom(5000))
+    master = generate_master_key(tmp_path / "k")
+    a, b = new_video_id(), new_video_id()
+    fa, fb = source_fingerprint(src, master, a), source_fingerprint(src, master, b)
+    assert fa != fb and fa.startswith("hmac-sha256-head:")
+    legacy = source_fingerprint(src, master, None)
+    assert set(_fingerprints(str(src), master, a.hex())) == {fa, legacy}
+    src.write_bytes(os.urandom(5000))  # another input
+    assert fa not in _fingerprints(str(src), master, a.hex())

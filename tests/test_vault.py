@@ -147,7 +147,7 @@ def test_inspect_without_key(vault):
     assert info["header"]["source_fingerprint"] == "sha256-head:ab:1"
     assert info["header"]["algorithms"].startswith("HKDF-SHA256/AES-256-GCM")
     assert info["header"]["crop_codec"] == "h264-rgb-lossless/source-yuv420p-lossless"
-    assert info["format_version"] == 2
+    assert info["format_version"] == 3
     assert info["track_ids"] == list(TRACKS)
     assert info["frame_records"] == len(truth)
     chunks = {(t, f // 2) for t, f in truth}  # one chunk per track and 2-frame group
@@ -220,9 +220,9 @@ def test_not_a_vault_and_version(tmp_path, vault):
     with pytest.raises(StreamdeidError, match="not found"):
         VaultReader(tmp_path / "missing.sdv")
     data = bytearray(path.read_bytes())
-    data[7] = 3
+    data[7] = 4
     p.write_bytes(bytes(data))
-    with pytest.raises(StreamdeidError, match="unsupported vault format version 3"):
+    with pytest.raises(StreamdeidError, match="unsupported vault format version 4"):
         VaultReader(p)
 
 
@@ -567,3 +567,62 @@ def test_format_1_vault_still_reads():
         assert x.mask_params == MaskParams(t, f, False)
     with pytest.raises(StreamdeidError, match="wrong key"):
         list(r.records(MasterKey(bytes(32))))
+
+
+def test_a_record_rewritten_with_a_track_key_fails_the_masters_recovery(tmp_path, vault):
+    """Someone given one person's key can open that person's records and encrypt new ones that the key accepts
+    (a security review: a red patch pasted beside the face passed recovery with the master key, exit 0). The END
+    record, which only the master opens, holds a digest of every record's GCM tag: the master's recovery now
+    fails on such a vault, while the person's own key still reads it (it cannot tell, and restores only them)."""
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    from streamdeid.keys import derive
+
+    path, master, vid, truth = vault
+    reader = VaultReader(path)
+    data = bytearray(path.read_bytes())
+    _, spans = _record_spans(bytes(data))
+    seq, (a, b, _) = next((i, s) for i, s in enumerate(spans) if s[2] == fmt.CHUNK
+                          and struct.unpack_from("<I", data, s[0] + 5)[0] == 2)
+    tk = master.track_key(reader.video_id, 2)  # what export-key gives the holder of person 2's key
+    aes = AESGCM(derive.vault_key(tk))
+    rtype, tid, fi = fmt.REC.unpack_from(data, a + 4)
+    body = bytes(data[a + 4 + fmt.REC.size:b])
+    clear, nonce, ct = body[:fmt.CHUNK_CLEAR.size], body[fmt.CHUNK_CLEAR.size:][:12], body[fmt.CHUNK_CLEAR.size + 12:]
+    ad = fmt.aad(reader.header_digest, seq, rtype, tid, fi, clear)
+    plain = bytearray(aes.decrypt(nonce, ct, ad))
+    plain[-1] ^= 0xFF  # any change the forger likes
+    new_nonce = os.urandom(12)
+    forged = clear + new_nonce + aes.encrypt(new_nonce, bytes(plain), ad)
+    assert len(forged) == len(body)
+    data[a + 4 + fmt.REC.size:b] = forged
+    p = tmp_path / "forged.sdv"
+    p.write_bytes(bytes(data))
+    person = TrackKey(tk, reader.video_id, 2)
+    assert {r.track_id for r in VaultReader(p).records(person)} == {2}  # the forged record passes its own key
+    with pytest.raises(StreamdeidError, match="digest does not match"):
+        list(VaultReader(p).records(master))
+    assert len(list(VaultReader(path).records(master))) == len(truth)  # the vault as written passes
+
+
+def test_format_2_vault_still_reads():
+    """tests/data/vault_v2.sdv: written by the format-2 writer (no digest in its END record) with _build, the
+    master key bytes(range(32)) and video id 00112233..eeff."""
+    from pathlib import Path
+
+    from streamdeid.keys.keyfile import MasterKey
+
+    r = VaultReader(Path(__file__).parent / "data" / "vault_v2.sdv")
+    assert r.version == 2 and r.inspect()["complete"] is True
+    recs = list(r.records(MasterKey(bytes(range(32)))))
+    assert r.damage is None
+    rng = np.random.default_rng(0)  # _build's crops, in its order
+    expect = {}
+    for f in range(N_FRAMES):
+        for t in TRACKS:
+            if t == 7 and f == 0:
+                continue
+            expect[(t, f)] = _crop(rng, t, f)
+    assert sorted((x.track_id, x.frame_index) for x in recs) == sorted(expect)
+    for x in recs:
+        assert np.array_equal(x.crop, expect[(x.track_id, x.frame_index)])

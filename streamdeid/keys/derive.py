@@ -149,10 +149,14 @@ def end_key(master, video_id: bytes) -> bytes:
     return _hkdf(as_master(master), salt=check_video_id(video_id), info=PREFIX + b"vault-end")
 
 
-def fingerprint_key(master) -> bytes:
+def fingerprint_key(master, video_id: bytes | None = None) -> bytes:
     """HMAC-SHA256 key of the source fingerprint in a vault's clear header: without the master key,
-    holding a candidate original does not confirm that the vault was made from it."""
-    return _hkdf(as_master(master), info=PREFIX + b"source-fingerprint")
+    holding a candidate original does not confirm that the vault was made from it. Salted with the vault's
+    video id, so two vaults made from one input with one key do not show it (None: the unsalted key of vaults
+    written before 2026-11-27, which a security review found linkable that way)."""
+    if video_id is None:
+        return _hkdf(as_master(master), info=PREFIX + b"source-fingerprint")
+    return _hkdf(as_master(master), salt=check_video_id(video_id), info=PREFIX + b"source-fingerprint")
 
 
 def key_id(master) -> str:

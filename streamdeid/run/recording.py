@@ -109,7 +109,7 @@ def open_vault_writer(path: Path, keys: RunKeys, *, source: str, output: Path, s
     ``quality``: the crop codec (vault.crops.QUALITIES); chunks hold about a second of ``fps``."""
     meta = {"video_id": keys.video_id.hex(), "output": output.name}
     if source != "-" and Path(source).is_file():
-        meta["source_fingerprint"] = source_fingerprint(source, keys.master)
+        meta["source_fingerprint"] = source_fingerprint(source, keys.master, keys.video_id)
     if pipeline:
         meta["pipeline"] = pipeline
     chunk_frames = 25

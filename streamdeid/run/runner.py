@@ -39,6 +39,18 @@ from .result import RunResult
 log = logging.getLogger(__name__)
 
 
+def _fingerprints(src: str, master, video_id: str | None) -> tuple[str, ...]:
+    """``src``'s source fingerprints as a vault of ``video_id`` holds it: salted with its id, or (vaults written
+    before the salt) without."""
+    unsalted = source_fingerprint(src, master, None)
+    if video_id is None:
+        return (unsalted,)
+    try:
+        return source_fingerprint(src, master, bytes.fromhex(video_id)), unsalted
+    except (ValueError, StreamdeidError):  # an id that is no video id: only the old form can match
+        return (unsalted,)
+
+
 def default_output(src: str) -> Path:
     """``clip.mp4`` -> ``clip_anonymized.mp4``; ``photos/`` -> ``photos_anonymized/``; ``clip`` ->
     ``clip_anonymized.mp4``."""
@@ -290,8 +302,8 @@ class Runner:
         of the faces it holds, so it is redone only with --overwrite. True without a vault to tell."""
         if vault is None:
             return True
-        made = vault_source_fingerprint(vault)
-        if made is None or made == source_fingerprint(src, self._keys.master):
+        made, video_id = vault_source_fingerprint(vault), vault_video_id(vault)
+        if made is None or made in _fingerprints(src, self._keys.master, video_id):
             return True
         if not self.config.output.overwrite:
             raise StreamdeidError(f"{vault} was made from another input than {Path(src).name} (or from it before it "

@@ -2,7 +2,7 @@
 
 Header::
 
-    "SDVAULT" (7) | version u8 (2; 1 is still read) | json_len u32 | JSON metadata (UTF-8) | HMAC-SHA256 (32)
+    "SDVAULT" (7) | version u8 (3; 1 and 2 are still read) | json_len u32 | JSON metadata (UTF-8) | HMAC-SHA256 (32)
 
 The HMAC key is ``header_mac_key(master, video_id)``; ``header_digest`` =
 SHA-256 of everything before the HMAC and is bound into every record's AAD.
@@ -13,15 +13,19 @@ Records, appended one after another::
 
     TRACK     (1) body = check (16, clear) | nonce (12) | GCM(vault_key, b"")       first record of a track
     FRAME     (2) body = nonce (12) | GCM(vault_key, frame payload)                 version 1 only
-    CHUNK     (5) body = last_frame u64 | n_faces u32 | group u64 (clear) | nonce (12)  version 2 only
+    CHUNK     (5) body = last_frame u64 | n_faces u32 | group u64 (clear) | nonce (12)  versions 2 and 3
                          | GCM(vault_key, chunk payload)
                   frame_index = the chunk's first frame; the clear fields are in the AAD
     TRACK_END (3) body = nonce (12) | GCM(vault_key, u64 number of FRAME/CHUNK records of this track)
-    END       (4) body = nonce (12) | GCM(end_key, u64 records before END | u32 track count)
+    END       (4) body = nonce (12) | GCM(end_key, u64 records before END | u32 track count | DIGEST)
                   track_id = 0, frame_index = largest frame index in the vault
+                  DIGEST (32, version 3) = SHA-256 over every record before END of
+                  length u32 | type u8 | track_id u32 | frame_index u64 | the GCM tag (its body's last 16)
 
     AAD = header_digest | seq u64 | type u8 | track_id u32 | frame_index u64 [| check or CHUNK clear fields]
 
+The DIGEST binds every record to the master key: a track key opens and can re-encrypt its own records
+(someone given one person's key), and without it a record forged so would pass recovery with the master key.
 ``seq`` is the record's position (0, 1, 2, ...), not stored. ``vault_key`` is
 ``vault_key(track_key(master, video_id, track_id))``; ``check`` is
 ``track_key_check(track_key)``. Every track's records are TRACK, FRAME* (or
@@ -31,7 +35,7 @@ come in groups whose frame ranges do not overlap the next group's; ``group``
 (the group's first frame) names the group, and a reader merges one group at a
 time into frame order.
 
-Chunk payload (plaintext, version 2)::
+Chunk payload (plaintext, versions 2 and 3)::
 
     codec u8 (crops.CODECS, 0: geometry only) | canvas_w u16 | canvas_h u16 | side_len u32
     | side data (raw LZMA2) | [PLANES] | n_packets u32 | (len u32 | H.264 packet)*
@@ -63,8 +67,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 MAGIC = b"SDVAULT"
-VERSION = 2
-READABLE_VERSIONS = (1, 2)
+VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
+DIGEST_FROM = 3  # the first version whose END record holds the records' digest
 ALGORITHMS = "HKDF-SHA256/AES-256-GCM/HMAC-SHA256"
 NONCE_LEN = 12
 TAG_LEN = 16
@@ -79,7 +84,7 @@ AAD = struct.Struct("<QBIQ")  # seq, type, track_id, frame_index
 
 TRACK, FRAME, TRACK_END, END, CHUNK = 1, 2, 3, 4, 5
 TYPE_NAMES = {TRACK: "track", FRAME: "frame", TRACK_END: "track-end", END: "end", CHUNK: "chunk"}
-DATA_TYPE = {1: FRAME, 2: CHUNK}  # the face-data record type of each version
+DATA_TYPE = {1: FRAME, 2: CHUNK, 3: CHUNK}  # the face-data record type of each version
 CHECK_LEN = 16
 # exact body sizes of the fixed-size record types
 BODY_LEN = {
@@ -87,6 +92,7 @@ BODY_LEN = {
     TRACK_END: NONCE_LEN + 8 + TAG_LEN,
     END: NONCE_LEN + 12 + TAG_LEN,
 }
+DIGEST_LEN = 32
 MIN_FRAME_BODY = NONCE_LEN + TAG_LEN
 CHUNK_CLEAR = struct.Struct("<QIQ")  # last_frame, n_faces, group (first frame of the chunk's group)
 MIN_CHUNK_BODY = CHUNK_CLEAR.size + NONCE_LEN + TAG_LEN
@@ -170,3 +176,16 @@ def unpack_payload(data: bytes) -> FramePayload:
     if png is None and off != len(data):
         raise ValueError("malformed frame payload")
     return FramePayload(pts if flags & FLAG_PTS else None, inverse, (crop_w, crop_h), mask, png)
+
+
+def body_len(rtype: int, version: int) -> int | None:
+    """The exact body size of a fixed-size record type in a vault of ``version`` (None: variable)."""
+    size = BODY_LEN.get(rtype)
+    if size is not None and rtype == END and version >= DIGEST_FROM:
+        size += DIGEST_LEN
+    return size
+
+
+def digest_entry(length: int, rtype: int, track_id: int, frame_index: int, tag: bytes) -> bytes:
+    """What one record adds to the END record's DIGEST (see the top)."""
+    return LEN.pack(length) + REC.pack(rtype, track_id, frame_index) + tag

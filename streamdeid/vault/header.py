@@ -40,8 +40,9 @@ def parse_video_id(value) -> bytes:
     return derive.check_video_id(value)
 
 
-def source_fingerprint(path, master_key, head_bytes: int = 1 << 20) -> str:
-    """``"hmac-sha256-head:<hex>"``: HMAC (key from the master) of an input file's size and first MiB.
+def source_fingerprint(path, master_key, video_id: bytes | None, head_bytes: int = 1 << 20) -> str:
+    """``"hmac-sha256-head:<hex>"``: HMAC (key from the master, salted with the vault's ``video_id``; None: the
+    unsalted form of older vaults) of an input file's size and first MiB.
 
     Keyed, so only the key's holder can tell whether a file is this vault's
     source (a plain hash would let anyone holding a candidate original confirm it).
@@ -52,7 +53,7 @@ def source_fingerprint(path, master_key, head_bytes: int = 1 << 20) -> str:
             head = f.read(head_bytes)
     except OSError as e:
         raise StreamdeidError(f"cannot read {path}: {e.strerror}") from None
-    mac = hmac.new(derive.fingerprint_key(master_bytes(master_key)), size.to_bytes(8, "little") + head,
+    mac = hmac.new(derive.fingerprint_key(master_bytes(master_key), video_id), size.to_bytes(8, "little") + head,
                    hashlib.sha256)
     return f"hmac-sha256-head:{mac.hexdigest()}"
 

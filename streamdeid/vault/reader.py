@@ -287,6 +287,7 @@ class VaultReader:
 
     def _decrypt_records(self, key: KeyFile, selected: set[int] | None, strict: bool) -> Iterator[VaultRecord | None]:
         is_master = isinstance(key, MasterKey)
+        digest = hashlib.sha256() if is_master and self.version >= fmt.DIGEST_FROM else None  # see format.py
         state: dict[int, list] = {}  # track_id -> [AESGCM, frame/chunk records seen]
         all_tracks: set[int] = set()  # every track in the vault, for the END record's count
         group, group_end = None, 0  # the group of the chunks merged so far, and its frame end
@@ -308,8 +309,10 @@ class VaultReader:
             tampered = f"{where} failed authentication: the vault is damaged or tampered"
             if r.rtype == fmt.END:
                 if is_master:  # only the master opens the end record
-                    self._check_end(key, r, len(all_tracks), where, tampered)
+                    self._check_end(key, r, len(all_tracks), digest, where, tampered)
                 continue
+            if digest is not None:
+                digest.update(fmt.digest_entry(r.body_len + fmt.REC.size, r.rtype, r.track_id, r.frame_index, r.tag))
             if r.rtype == fmt.TRACK:
                 all_tracks.add(r.track_id)
             if not want(r.rtype, r.track_id):
@@ -338,11 +341,15 @@ class VaultReader:
             group_end = max(group_end, r.chunk_range()[0] + 1)
             yield from self._chunk_records(r, plain, where)
 
-    def _check_end(self, key: MasterKey, r: Raw, tracks: int, where: str, tampered: str) -> None:
-        """The END record counts every record before it and every track: a cut or spliced vault fails."""
+    def _check_end(self, key: MasterKey, r: Raw, tracks: int, digest, where: str, tampered: str) -> None:
+        """The END record counts every record before it and every track, and (version 3) holds their digest:
+        a cut or spliced vault fails, and so does a record re-encrypted with a track key."""
         body = self._open(AESGCM(derive.end_key(key.key_bytes, self.video_id)), r, r.body, tampered)
         if int.from_bytes(body[:8], "little") != r.seq or int.from_bytes(body[8:12], "little") != tracks:
             raise StreamdeidError(f"{where} does not match the vault's contents: the vault is tampered")
+        if digest is not None and not hmac.compare_digest(body[12:12 + fmt.DIGEST_LEN], digest.digest()):
+            raise StreamdeidError(f"{where}: a record was rewritten since the vault was made (its digest does not "
+                                  "match): the vault is tampered")
 
     def _open_track(self, key: KeyFile, r: Raw, tampered: str) -> AESGCM:
         """The cipher of a TRACK record's track, after checking its key-check value and authenticating it."""

@@ -22,6 +22,7 @@ class Raw:
     body_len: int
     body: bytes | None
     clear: bytes = b""  # CHUNK: the clear fields (last frame, face count), also the start of ``body``
+    tag: bytes = b""  # the GCM tag, the body's last TAG_LEN bytes (read for the END record's digest)
 
     def chunk_range(self) -> tuple[int, int]:
         """CHUNK: (last frame, number of faces)."""
@@ -70,6 +71,7 @@ class _Walk:
         self.f, self.size, self.want_body = f, size, want_body
         self.pos, self.seq = data_start, 0
         self.data_type = fmt.DATA_TYPE[version]
+        self.version = version
         self.open_tracks: set[int] = set()
         self.ended: set[int] = set()
         self.last_frame: int | None = None
@@ -119,7 +121,7 @@ class _Walk:
         """A record's type, size and place in the order."""
         if rtype not in fmt.TYPE_NAMES or rtype in (fmt.FRAME, fmt.CHUNK) and rtype != self.data_type:
             return self.corrupt("has an unknown type")
-        expected = fmt.BODY_LEN.get(rtype)
+        expected = fmt.body_len(rtype, self.version)
         if ((expected is not None and body_len != expected) or (rtype == fmt.FRAME and body_len < fmt.MIN_FRAME_BODY)
                 or (rtype == fmt.CHUNK and body_len < fmt.MIN_CHUNK_BODY)):
             return self.corrupt("is corrupt (bad size)", rtype, tid, fi)
@@ -141,12 +143,13 @@ class _Walk:
                 return self.truncated(_HEAD + len(body))
             if rtype == fmt.CHUNK:
                 clear = body[:fmt.CHUNK_CLEAR.size]
-        elif rtype == fmt.CHUNK:
-            clear = self.f.read(fmt.CHUNK_CLEAR.size)
-            self.f.seek(body_len - fmt.CHUNK_CLEAR.size, os.SEEK_CUR)
-        else:
-            self.f.seek(body_len, os.SEEK_CUR)
-        raw = Raw(self.seq, self.pos, rtype, tid, fi, body_len, body, clear)
+            tag = body[-fmt.TAG_LEN:]
+        else:  # skipped, but for a CHUNK's clear fields and the tag (every body ends with one: sizes checked)
+            if rtype == fmt.CHUNK:
+                clear = self.f.read(fmt.CHUNK_CLEAR.size)
+            self.f.seek(body_len - len(clear) - fmt.TAG_LEN, os.SEEK_CUR)
+            tag = self.f.read(fmt.TAG_LEN)
+        raw = Raw(self.seq, self.pos, rtype, tid, fi, body_len, body, clear, tag)
         if rtype == fmt.CHUNK and not raw.group() <= fi <= raw.chunk_range()[0]:
             return self.corrupt("is corrupt (bad frame range)", rtype, tid, fi)
         return raw

@@ -140,6 +140,7 @@ class VaultWriter:
         self._group_end = self.chunk_frames
         self._frame = -1  # frame index of the last append/advance
         self._seq = 0
+        self._digest = hashlib.sha256()  # of every record written, for the END record (vault/format.py)
         self._max_frame = 0
         self._closed = False
 
@@ -209,6 +210,7 @@ class VaultWriter:
         if len(rest) > fmt.MAX_RECORD:
             raise StreamdeidError(f"vault record too large ({len(rest)} bytes)")
         self._io(self._f.write, fmt.LEN.pack(len(rest)) + rest)
+        self._digest.update(fmt.digest_entry(len(rest), rtype, track_id, frame_index, ct[-fmt.TAG_LEN:]))
         self._seq += 1
         return seq
 
@@ -378,7 +380,7 @@ class VaultWriter:
                 aes, n = self._tracks[tid]
                 self._write_record(fmt.TRACK_END, tid, self._max_frame, aes, n.to_bytes(8, "little"))
             end = AESGCM(derive.end_key(self._master, self.video_id))
-            body = self._seq.to_bytes(8, "little") + len(self._tracks).to_bytes(4, "little")
+            body = self._seq.to_bytes(8, "little") + len(self._tracks).to_bytes(4, "little") + self._digest.digest()
             self._write_record(fmt.END, 0, self._max_frame, end, body)
             self._sync()
         finally:
