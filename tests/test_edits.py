@@ -489,3 +489,24 @@ def test_a_face_a_reviewer_added_is_covered_though_a_keep_photo_matches_it(tmp_p
     assert _changed(src[5], kept[5], box) < 0.05  # --keep alone: he stays visible
     assert _changed(src[5], edited[5], box) > 0.5  # the added box: covered on its frame
     assert "a reviewer added a face box to it" in runs["edited"][1]
+
+
+def test_saving_edits_follows_no_planted_symlink(tmp_path) -> None:
+    """save_edits wrote through a temp file of a predictable name (.NAME.PID.tmp) opened with open(), which
+    follows symlinks: another user with write access to the folder could make a save replace any file of the
+    reviewer's (a security review). The temp file is now created exclusively under a random name."""
+    import os
+
+    from streamdeid.edits.format import Edits, SourceInfo, load_edits, save_edits
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    target = tmp_path / "out.mp4.edits.json"
+    (tmp_path / f".{target.name}.{os.getpid()}.tmp").symlink_to(victim)
+    edits = Edits(SourceInfo("out.mp4", 10, 64, 48))
+    save_edits(edits, target)
+    assert victim.read_text() == "keep me"
+    assert not target.is_symlink() and load_edits(target).source.frames == 10
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([victim.name, target.name,
+                                                                f".{target.name}.{os.getpid()}.tmp"])
+

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import shutil
 import signal
 import socket
 import subprocess
@@ -156,6 +157,42 @@ def test_token_and_loopback_only(work) -> None:
                 if state_ == "0A" and int(local.split(":")[1], 16) == int(port):  # LISTEN
                     listening.append(local.split(":")[0])
     assert listening == ["0100007F"], listening
+
+
+def test_another_local_user_is_refused_though_they_have_the_token(work) -> None:
+    """The browser review opens gets the URL on its command line, which every local user can read with ps: a
+    security review fetched an original face crop and saved edits as user nobody with it. A connection whose
+    socket another user owns is refused (review/peer.py); the reviewer's own connections pass."""
+    import http.client
+    import socket
+
+    from streamdeid.review.peer import peer_uid
+
+    url: str = work["review"].url
+    port = int(url.split("/")[2].split(":")[1])
+    with socket.create_connection(("127.0.0.1", port)) as c:  # the kernel's table names this user
+        assert peer_uid(c.getsockname()[1], port) == os.geteuid()
+    if os.geteuid() != 0:
+        pytest.skip("only root can connect as another user here")
+    probe = ("import sys, urllib.request, urllib.error\n"
+             "try:\n    print(urllib.request.urlopen(sys.argv[1], timeout=10).status)\n"
+             "except urllib.error.HTTPError as e:\n    print(e.code)\n")
+    python = shutil.which("python3", path="/usr/bin:/bin")  # (the venv's may lie in a folder nobody can enter)
+    if python is None:
+        pytest.skip("no system python3 to connect as another user")
+    as_nobody = subprocess.run([python, "-c", probe, url + "api/review"], capture_output=True, text=True, cwd="/",
+                               preexec_fn=lambda: (os.setgid(65534), os.setuid(65534)), timeout=60)
+    assert as_nobody.stdout.strip() == "403", as_nobody.stderr[-500:]
+    assert get(url + "api/review")[0] == 200
+    # a Save announcing more than the server takes is refused before its body is read
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn.putrequest("POST", "/" + url.split("/")[3] + "/api/edits", skip_host=True)
+    conn.putheader("Host", f"127.0.0.1:{port}")
+    conn.putheader("Content-Type", "application/json")
+    conn.putheader("Content-Length", str(400_000_000))
+    conn.endheaders()
+    assert conn.getresponse().status == 413
+    conn.close()
 
 
 def visible_face(work, step: int) -> tuple[int, list[float]]:

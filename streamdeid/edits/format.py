@@ -20,6 +20,7 @@ import hashlib
 import json
 import math
 import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -227,15 +228,20 @@ def save_edits(edits: Edits, path: str | Path) -> None:
     except _Invalid as exc:
         raise StreamdeidError(f"edits not saved to {path}: {exc}") from None
     target = Path(path)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    tmp: Path | None = None
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
+        # a fresh name, created exclusively: a predictable one that open() followed (a symlink another user
+        # put in a shared folder) replaced whatever file it pointed at (a security review)
+        fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        tmp = Path(name)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(json.dumps(data, indent=2) + "\n")
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, target)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
         raise StreamdeidError(f"cannot write edits file {target}: {exc.strerror}") from None
 
 

@@ -8,7 +8,9 @@ bottle's default server is single-threaded, so a playing video would block every
 
 Security: the socket is bound to 127.0.0.1 (never 0.0.0.0) on a port the OS picks; every path starts with
 ``/TOKEN/`` (``secrets.token_urlsafe``, compared in constant time), and a request without it, or with a
-Host header that is not this address (DNS rebinding), gets 403. Pages and files are sent with
+Host header that is not this address (DNS rebinding), gets 403, as does a connection another local user
+makes (review/peer.py: the browser's command line shows the token to every user). A Save's body is read up to
+MAX_BODY and no further. Pages and files are sent with
 ``Cache-Control: no-store``, ``Referrer-Policy: no-referrer`` and a Content-Security-Policy that allows
 nothing from another origin: the page loads no CDN and uploads nothing.
 """
@@ -17,12 +19,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import secrets
 import socket
 import threading
 import webbrowser
 from collections.abc import Callable
 from importlib import resources
+
+from .peer import peer_uid
 
 HOST = "127.0.0.1"
 STATIC_FILES = {"index.html": "text/html; charset=utf-8", "review.js": "text/javascript; charset=utf-8",
@@ -70,6 +75,8 @@ class TokenGate:
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":  # lifespan is off; websockets are not served
             return await self.app(scope, receive, send)
+        if not _this_users(scope):
+            return await _plain(send, 403, b"403 Forbidden: this review page is its own user's\n")
         head, sep, rest = scope["path"][1:].partition("/")
         host = dict(scope.get("headers") or []).get(b"host", b"")
         if not (secrets.compare_digest(("/" + head).encode("utf-8", "replace"), self.prefix) and host in self.hosts):
@@ -78,6 +85,16 @@ class TokenGate:
             return await _redirect(send, self.prefix.decode() + "/")
         inner = dict(scope, path="/" + rest, raw_path=("/" + rest).encode("utf-8"))
         return await self.app(inner, receive, send)
+
+
+def _this_users(scope) -> bool:
+    """Whether the connection comes from a socket of the user running the review (or the table cannot say:
+    review/peer.py)."""
+    client, server = scope.get("client"), scope.get("server")
+    if not client or not server:
+        return True
+    uid = peer_uid(int(client[1]), int(server[1]))
+    return uid is None or uid == os.geteuid()
 
 
 async def _plain(send, status: int, body: bytes) -> None:
@@ -91,6 +108,22 @@ async def _redirect(send, location: str) -> None:
     await send({"type": "http.response.start", "status": 307,
                 "headers": [(b"location", location.encode()), (b"content-length", b"0")]})
     await send({"type": "http.response.body", "body": b""})
+
+
+async def _bounded_body(request) -> bytes | None:
+    """The request's body, or None once it passes MAX_BODY (read no further: a 400 MB Save took 885 MB)."""
+    try:
+        if int(request.headers.get("content-length") or 0) > MAX_BODY:
+            return None
+    except ValueError:
+        return None
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def build_app(review, token: str, port: int):
@@ -128,8 +161,8 @@ def build_app(review, token: str, port: int):
     async def api_edits(request: Request):
         if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
             return secure(JSONResponse({"error": "send JSON"}, status_code=415))
-        body = await request.body()
-        if len(body) > MAX_BODY:
+        body = await _bounded_body(request)
+        if body is None:
             return secure(JSONResponse({"error": "too large"}, status_code=413))
         try:
             try:
