@@ -284,6 +284,12 @@ def _run_live(source: str, output: str | None, opts) -> None:
         click.echo(f"streamdeid: error: {redact(str(exc))}", err=True)
         sys.exit(3)
     summary = result.summary
+    if not summary.frames:  # (stopped while connecting, or every frame came too late): "-> OUT" named no file
+        why = {"signal": "stopped before the feed sent one", "stop_after": "its time ran out first"}.get(
+            summary.stop_reason, "the feed ended before one came")
+        click.echo(f"streamdeid: no frame recorded ({why}): nothing written to {redact(str(result.output))}",
+                   err=True)
+        sys.exit(summary.exit_code)
     click.echo(f"streamdeid: {summary.line()} ({runner.config.anonymize.method}) -> {redact(str(result.output))}",
                err=True)
     if result.segment_vaults:

@@ -46,6 +46,8 @@ SURE_OVERLAP = 0.2
 # ... or whose centre is this close to it (in the sure box's longest sides): a face that moved fast while
 # its track was held or remembered (hamilton's performer leaving at the right edge, frames 46-70).
 SURE_REACH = 0.75
+# A look-ahead of this many frames or fewer (a slow live feed, a small --max-latency) backs no detector cadence
+SHORT_LOOKAHEAD = 2
 
 
 FrameObserver = Callable[[FrameResult, list[PastedFace]], None]
@@ -94,6 +96,15 @@ class FaceStage:
         self.turns = TurnWatch() if config.detect.look_turned else None  # faces turned in the picture
         self.every = detect_cadence(config, guarded)
         self.idle_every = max(self.every, config.detect.idle_every)
+        if lookahead_frames is not None:
+            # a face new on a frame the detector skips is covered only by the look-ahead's back-fill: the
+            # cadence may skip no more frames than it holds. A live feed at 5 fps has a look-ahead of 1 frame
+            # (a quarter of --max-latency) and, idle every 4th frame, left a face bare on 2 of 150 frames. A
+            # look-ahead of a frame or two is also lost whenever a live feed stalls or comes in bursts (the
+            # frames held are rendered before the next arrives): there every frame is detected.
+            reach = lookahead_frames + 1 if lookahead_frames > SHORT_LOOKAHEAD else 1
+            self.every = min(self.every, reach)
+            self.idle_every = max(self.every, min(self.idle_every, reach))
         hold_frames = round(config.track.hold_seconds * fps)
         self.scan_every = max(1, min(round(config.detect.scan_every * fps), hold_frames - self.every))
         track = config.track

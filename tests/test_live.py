@@ -601,3 +601,41 @@ def test_a_live_input_that_cannot_be_one_is_refused_at_once(tmp_path: Path) -> N
         proc = run_cli("run", src, "--live", "-o", str(tmp_path / "o.mp4"), timeout=30)
         err = proc.stderr.decode()
         assert proc.returncode == code and says in err and len(err.strip().splitlines()) == 1, err
+
+
+@needs_media
+def test_a_restarted_segmented_recording_goes_on_after_the_segments_on_disk(tmp_path: Path) -> None:
+    """The documented service (Restart=always, --segment-time) could not restart: its second run stopped with
+    "output exists: rec_00000.mp4", and a service manager looped on it (with --overwrite it would have replaced
+    the earlier recording). A second run now records from the first free segment, and leaves the first run's
+    segments as they were."""
+    from conftest import make_video, run_cli
+
+    with av.open(str(CLIP)) as c:
+        frames = [f.to_ndarray(format="bgr24") for _, f in zip(range(90), c.decode(video=0))]
+    feed = make_video(tmp_path / "feed.ts", frames, fps=30).read_bytes()  # MPEG-TS: what a pipe can carry
+    out = tmp_path / "rec.mp4"
+    args = ("run", "-", "--live", "-o", str(out), "--segment-time", "1", "--anonymizer", "solid")
+    proc = run_cli(*args, input=feed, timeout=120)
+    assert proc.returncode == 0, proc.stderr.decode()[-400:]
+    first = sorted(tmp_path.glob("rec_*.mp4"))
+    assert first and first[0].name == "rec_00000.mp4"
+    before = {p.name: p.read_bytes() for p in first}
+    proc = run_cli(*args, input=feed, timeout=120)
+    err = proc.stderr.decode()
+    assert proc.returncode == 0 and f"recording from rec_{len(first):05d}.mp4" in err, err[-400:]
+    after = sorted(tmp_path.glob("rec_*.mp4"))
+    assert len(after) > len(first) and all((tmp_path / n).read_bytes() == b for n, b in before.items())
+
+
+def test_the_detector_cadence_never_skips_more_frames_than_the_look_ahead_holds() -> None:
+    """A live feed at 5 fps gets a look-ahead of one frame (a quarter of --max-latency), and while no face was
+    tracked the detector ran on every 4th frame: a face that came in between was bare until the next run (2 of
+    150 frames of a red team's feed). The cadence is bound by what the look-ahead can back-fill, and a look-ahead
+    of a frame or two (lost whenever the feed stalls or comes in bursts) backs none."""
+    from streamdeid.stages import FaceStage
+
+    config = PipelineConfig()
+    for lookahead, every, idle in ((None, 2, 4), (15, 2, 4), (3, 2, 4), (2, 1, 1), (1, 1, 1), (0, 1, 1)):
+        stage = FaceStage(config, fps=5.0, lookahead_frames=lookahead)
+        assert (stage.every, stage.idle_every) == (every, idle), lookahead

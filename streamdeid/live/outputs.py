@@ -69,6 +69,24 @@ def segment_path(output: str | Path, index: int) -> Path:
     return p.with_name(f"{p.stem}_{index:05d}{p.suffix}")
 
 
+def first_free_segment(output: str | Path, start: int = 0) -> int:
+    """The first index from ``start`` whose segment of ``output`` is not on disk (as a finished file, its
+    unfinished copy or its vault): a restarted recording (a service's Restart=always) goes on after the
+    segments a run before it left, and a recording skips any it meets later, instead of stopping on them or
+    replacing them."""
+    index = start
+    while index < MAX_SEGMENTS and _taken(segment_path(output, index)):
+        index += 1
+    return index
+
+
+def _taken(path: Path) -> bool:
+    from ..vault import vault_path_for
+    from ..video.partial import partial_path_for
+
+    return path.exists() or partial_path_for(path).exists() or vault_path_for(path).exists()
+
+
 class SegmentRecorder:
     """Writes emitted items to rotating segment files or one stream.
 
@@ -110,7 +128,7 @@ class SegmentRecorder:
         self._writer: VideoWriter | None = None
         self._segment: Path | None = None  # what the open segment's hooks are given
         self._start: int | None = None  # pts of the open segment's first frame (template tb)
-        self._next_index = 0
+        self._next_index = 0  # (a segment on disk is skipped: first_free_segment)
 
     # ------------------------------------------------------------- writing
     def write(self, item: object) -> None:
@@ -159,6 +177,8 @@ class SegmentRecorder:
     # ------------------------------------------------------------ segments
     def _rotate(self, frame: Frame) -> None:
         self._finish_segment(success=True)
+        if self.segment_time and not self.stream:
+            self._next_index = first_free_segment(self.output, self._next_index)
         if self._next_index >= MAX_SEGMENTS:
             raise StreamdeidError("segment counter exhausted")
         if self.stream:

@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 POLL_SECONDS = 0.1  # how often the processing loop wakes when no frame arrives
 MAX_LOOPS = 10**12  # hard bound on processing-loop iterations (years at 30 fps)
 EMA_ALPHA = 0.1  # smoothing of the per-frame processing time estimate
+PROBE_SECONDS = 2.0  # a feed whose every frame is dropped gets one processed this often, to time it again
 SCAN_MAX_LOAD = 0.6  # the small-face scan runs while processing takes at most this share of a frame interval
 
 
@@ -78,7 +79,7 @@ def live_lookahead_frames(config: PipelineConfig, live: LiveConfig, fps: float) 
 
 
 class _Signals:
-    """SIGINT/SIGTERM set ``stop`` (finish cleanly); a second one aborts."""
+    """SIGINT/SIGTERM set ``stop`` (finish cleanly); a second one is said and ignored."""
 
     def __init__(self, stop: threading.Event, summary: LiveSummary) -> None:
         self.stop, self.summary = stop, summary
@@ -86,7 +87,11 @@ class _Signals:
 
     def _handle(self, signum: int, _frame: object) -> None:
         if self.stop.is_set() and self.summary.stop_reason == "signal":
-            raise KeyboardInterrupt  # second signal: stop waiting for a clean end
+            # a second signal while the run finishes its segment: raised here it landed anywhere, and closing an
+            # encoder the encode thread still fed hung the run (1 in 10) or left an unfinished file reported as
+            # written (3 in 10). Finishing takes a second or two; SIGKILL still ends it at once.
+            log.warning("%s: already stopping (finishing the segment)", signal.Signals(signum).name)
+            return
         log.warning("%s: finishing the current segment and stopping", signal.Signals(signum).name)
         self.summary.stop_reason = "signal"
         self.stop.set()
@@ -120,6 +125,7 @@ class _Pacing:
     proc: float  # smoothed seconds of processing per frame (EMA_ALPHA)
     cut: bool = False  # the next frame follows a gap: detect on it, no back-fill across the gap
     late: int = 0  # frames dropped whole after detection, already past the latency bound
+    last_taken: float = field(default_factory=time.monotonic)  # when a frame was last taken to process
 
 
 def run_live(
@@ -194,7 +200,9 @@ class _LiveRun:
         self.src, self.live, self.summary, self.stop, self.fps = src, live, summary, stop, fps
         self.stats = LiveStats(live.stats_interval, live.stats_json)
         summary.lookahead_frames = live_lookahead_frames(config, live, fps)
-        self.pacing = _Pacing(proc=1.0 / fps)
+        # (a guess until frames are timed: a frame interval, but at most a quarter of the latency bound; at 1 fps
+        # and --max-latency 1 it left no time for any frame, so none was taken to correct it)
+        self.pacing = _Pacing(proc=min(1.0 / fps, live.max_latency / 4))
         self.keep_pasted = hooks.vault_factory is not None  # the segment vaults record each paste
         self.arrivals: dict[int, float] = {}  # frame index -> when the reader took it
         # The small-face scan costs several fast passes at once: on a live feed it runs only while the
@@ -249,6 +257,7 @@ class _LiveRun:
             self.sink.put(item)
             return
         t0 = time.perf_counter()
+        self.pacing.last_taken = time.monotonic()
         self.arrivals[item.index] = arrived
         cut, self.pacing.cut = self.pacing.cut, False
         self.pipeline.push(item, force_cut=cut)
@@ -256,17 +265,26 @@ class _LiveRun:
         self.pacing.proc += EMA_ALPHA * (spent - self.pacing.proc)
 
     def _stalled(self, now: float) -> None:
-        """Input stalled (outage): do not hold processed frames past the
-        look-ahead wait, their back-fill chance is over anyway."""
-        if len(self.pipeline.buffer):
-            oldest = min(self.arrivals.values(), default=now)
-            if time.monotonic() - oldest > self.summary.lookahead_frames / self.fps + POLL_SECONDS:
+        """Input stalled (an outage, or a feed that comes in bursts): render what the look-ahead holds once its
+        oldest frame could wait no longer within the latency bound. Drained frames lose the back-fill a later
+        detection would give them: a face that came in on a frame the detector skipped stays bare there. (Drained
+        after the look-ahead's own time, a 5 fps pipe that came in bursts was drained 3 times in 60 frames and
+        left such a face bare on 2 of 150.)"""
+        if len(self.pipeline.buffer) and self.arrivals:
+            oldest = min(self.arrivals.values())
+            patience = max(self.summary.lookahead_frames / self.fps,
+                           self.live.max_latency - self.pacing.proc - 2 * POLL_SECONDS)
+            if time.monotonic() - oldest > patience:
                 self.pipeline.drain()
 
     def _budget(self) -> float:
         # A frame taken now is emitted after its own processing plus the
         # look-ahead wait; it must still be within max_latency then.
         proc = self.pacing.proc
+        if time.monotonic() - self.pacing.last_taken > PROBE_SECONDS:
+            # nothing taken for a while: take one to time it (_admit still drops it whole if it ends up late),
+            # else an estimate that leaves no time is never corrected and the run records nothing
+            return self.live.max_latency
         wait = self.summary.lookahead_frames * max(1.0 / self.fps, proc)
         return max(0.0, self.live.max_latency - proc - wait)
 

@@ -28,7 +28,7 @@ from ..types import StreamdeidError, UsageError
 from ..vault import source_fingerprint, vault_path_for
 from ..video.images import is_image, list_media, say_unread, unread_files
 from ..video.inputs import is_device, refuse_unread_scheme
-from ..video.partial import partial_path_for
+from ..video.partial import left_by_a_run, partial_path_for
 from ..video.stream_writer import is_stream_output
 from .models import Models
 from .options import RunOptions
@@ -37,6 +37,21 @@ from .outcome import (FAILED, OK, SKIPPED, FileOutcome, error_line, outcome, out
 from .result import RunResult
 
 log = logging.getLogger(__name__)
+
+
+def _keep_a_killed_recording(out: Path) -> None:
+    """A live recording killed outright leaves ``out``'s unfinished copy, playable. The next run would take it
+    over and write from its start (a restarted service's frames replaced the killed run's): it is moved aside
+    first, to the first free ``STEM.partial-N.EXT``."""
+    partial = partial_path_for(out)
+    if not partial.is_file() or not left_by_a_run(partial):
+        return  # none, or not ours (the writer refuses to touch it)
+    for n in range(1, 10_000):
+        kept = partial.with_name(f"{out.stem}.partial-{n}{out.suffix}")
+        if not kept.exists():
+            os.rename(partial, kept)
+            log.warning("%s holds a recording cut short by a killed run: kept as %s", partial.name, kept.name)
+            return
 
 
 def _fingerprints(src: str, master, video_id: str | None) -> tuple[str, ...]:
@@ -235,18 +250,23 @@ class Runner:
 
     def _live(self, src: str, dst: str | Path | None) -> RunResult:
         """Without a key file the keys are ephemeral (never stored): DBAF still gets one key per track."""
-        from ..live.outputs import segment_path
+        from ..live.outputs import first_free_segment, segment_path
         from ..video.partial import check_overwrite
         from .live import check_live_output, run_live_feed
         from .recording import segment_vault_factory
 
         out = check_live_output(dst)
         stream = is_stream_output(out)
-        if not stream:  # before the feed is read: a pipe on stdin cannot be read again
-            first = segment_path(out, 0) if self.options.live.segment_time else Path(out)
-            check_overwrite(first, self.config.output.overwrite)
-            if self.writes_vault() and vault_path_for(first).exists() and not self.config.output.overwrite:
-                raise StreamdeidError(f"{vault_path_for(first)} exists; pass --overwrite to replace it")
+        if not stream and self.options.live.segment_time:  # before the feed is read (a pipe cannot be read again)
+            first = first_free_segment(out)  # a restart goes on after the segments on disk, never over them
+            if first:
+                log.warning("%d segment(s) of %s on disk already: recording from %s", first, Path(out).name,
+                            segment_path(out, first).name)
+        elif not stream:
+            check_overwrite(Path(out), self.config.output.overwrite)
+            if self.writes_vault() and vault_path_for(Path(out)).exists() and not self.config.output.overwrite:
+                raise StreamdeidError(f"{vault_path_for(Path(out))} exists; pass --overwrite to replace it")
+            _keep_a_killed_recording(Path(out))
         keys = self.next_keys()
         renderer = self.renderer(keys)  # loads the model before connecting
         factory = segment_vault_factory(keys, self.config, renderer.anonymizer) \
