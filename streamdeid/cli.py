@@ -282,6 +282,11 @@ def _run_live(source: str, output: str | None, opts) -> None:
         result = anonymize(source, output, runner=runner)
     except LiveSourceLost as exc:
         click.echo(f"streamdeid: error: {redact(str(exc))}", err=True)
+        kept = getattr(exc, "summary", None)  # what was recorded before the feed was lost is finished and kept
+        if kept is not None and kept.frames and kept.segments:
+            names = ", ".join(redact(str(p)) for p in kept.segments[:3]) + (" ..." if len(kept.segments) > 3 else "")
+            click.echo(f"streamdeid: {kept.frames} frames recorded before the feed was lost, kept in {names}",
+                       err=True)
         sys.exit(3)
     summary = result.summary
     if not summary.frames:  # (stopped while connecting, or every frame came too late): "-> OUT" named no file

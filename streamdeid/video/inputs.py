@@ -22,6 +22,7 @@ from streamdeid.redact import redact
 from streamdeid.types import StreamdeidError
 
 STDIN = "-"
+STDIN_NAME = "<stdin>"  # how a run names stdin in its messages
 # What reading or writing through PyAV raises on bad media, a full disk or a closed pipe.
 AV_ERRORS = (av.FFmpegError, OSError, ValueError)
 # What PyAV raises while opening or reading an input; EOFError comes from a
@@ -77,7 +78,7 @@ def open_container(
     if path_or_dash == STDIN:
         if sys.stdin is None or sys.stdin.isatty():
             raise StreamdeidError("input '-' needs a video piped into stdin (e.g. ffmpeg ... -f matroska -)")
-        return av.open(sys.stdin.buffer, mode="r", format=format, **kwargs), "<stdin>", True
+        return av.open(sys.stdin.buffer, mode="r", format=format, **kwargs), STDIN_NAME, True
     if is_stream_url(path_or_dash):
         return av.open(path_or_dash, mode="r", format=format, **kwargs), redact(path_or_dash), True
     if is_device(path_or_dash):

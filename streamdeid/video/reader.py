@@ -38,6 +38,7 @@ from streamdeid.video.rotation import Orientation, display_rotation, orientation
 from streamdeid.video.inputs import (
     READ_ERRORS,
     STDIN,
+    STDIN_NAME,
     error_reason,
     is_device,
     is_live_input,
@@ -286,7 +287,7 @@ class VideoSource:
 
     def _pipe_hint(self) -> str:
         """An MP4 or MOV whose index (moov) comes after its media cannot be read from a pipe: say so."""
-        if self.name == "<stdin>" and "mp4" in self.format_name:
+        if self.name == STDIN_NAME and "mp4" in self.format_name:
             return (" (an MP4 whose index is at its end cannot be read from a pipe: give the file itself, or pipe "
                     "Matroska or MPEG-TS)")
         return ""
@@ -333,7 +334,9 @@ class VideoSource:
         self._exhausted = True
         if flush:
             self._decode(None)
-        if not self.is_live and self._ended_early():
+        # (a pipe on stdin too: a Matroska or MP4 header that promises a duration tells a pipe cut short; a live
+        # feed's header promises none, and a network stream or a device never ends on its own terms)
+        if (not self.is_live or self.name == STDIN_NAME) and self._ended_early():
             log.warning(
                 "%s: video stopped at %.2f s of %.2f s after %d frames; the file may be truncated or damaged",
                 self.name, self._last_seconds, self._expected_end(), self._index,
