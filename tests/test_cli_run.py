@@ -716,6 +716,14 @@ def test_stdin_stream(tmp_path: Path, media: Path) -> None:
     proc = run_cli("run", "-", "-o", str(tmp_path / "cut.mkv"), "--no-progress", input=long[:len(long) // 2])
     err = proc.stderr.decode()
     assert proc.returncode == 0 and "the file may be truncated" in err, err
+    # two recordings one after the other on a pipe, each from 0: the second follows on at the frame rate (each of
+    # its frames set to the last + 1 tick, it played in a few ms)
+    a = make_video(tmp_path / "a.ts", face_frames(media, 6) * 5).read_bytes()
+    proc = run_cli("run", "-", "-o", str(tmp_path / "ab.mp4"), "--no-progress", input=a + a)
+    assert proc.returncode == 0 and "the timestamps go back" in proc.stderr.decode(), proc.stderr.decode()
+    with av.open(str(tmp_path / "ab.mp4")) as c:
+        times = [float(f.time) for f in c.decode(video=0)]
+    assert len(times) == 60 and 2.3 < times[-1] - times[0] < 2.5, (len(times), times[-1] - times[0])
 
 
 LONG_FRAMES = 1500  # long enough that the run is still going when the partial file first passes 50 KB

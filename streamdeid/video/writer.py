@@ -101,6 +101,7 @@ class VideoWriter:
         self._template = template
         self._closed = False
         self._last_pts: int | None = None
+        self._pts_shift = 0  # ticks added to every frame's pts since its timestamps went back (_output_pts)
         self._frames_written = 0
         self._audio_out: av.stream.Stream | None = None
         self._audio_copy = False
@@ -356,9 +357,19 @@ class VideoWriter:
             pts = frame.pts
         else:
             pts = round(frame.pts * Fraction(frame.time_base) / tb)
+        pts += self._pts_shift
         if self._last_pts is not None and pts <= self._last_pts:
-            log.debug("frame %d: pts %d not increasing, using %d", frame.index, pts, self._last_pts + 1)
-            pts = self._last_pts + 1
+            step = self._frame_ticks()
+            if pts < self._last_pts - step:
+                # a jump back (two recordings one after the other on a pipe, each from 0): the frames after it
+                # follow on at the frame rate. Each set to last + 1, the second recording played in a few ms.
+                self._pts_shift += self._last_pts + step - pts
+                log.warning("frame %d: the timestamps go back by %.2f s; the frames after it follow on",
+                            frame.index, float((self._last_pts - pts) * tb))
+                pts = self._last_pts + step
+            else:  # rounding (GIF's 1/100 s) or a repeat: the next tick
+                log.debug("frame %d: pts %d not increasing, using %d", frame.index, pts, self._last_pts + 1)
+                pts = self._last_pts + 1
         self._last_pts = pts
         return pts
 
