@@ -18,6 +18,12 @@ from .identity.selector import CONFIRM, MIN_JUDGE_PX, TrackSelector
 from .types import FrameResult, TrackedFace
 
 
+# A track left visible whose detected face cannot be judged is covered again (until confirmed anew) when its
+# height moved this far from its last judged one: another, smaller person had taken the kept man's track
+# (a 36 px look-alike where a 51 px face had been) and was shown for 1.8 s on the open interval's word.
+SAME_SIZE = (0.8, 1.25)
+
+
 def judgeable(face: TrackedFace) -> bool:
     """Detected this frame, tall enough for SFace, and landmarks that fit the box (not a profile)."""
     return (face.state == "detected" and float(face.box[3] - face.box[1]) >= MIN_JUDGE_PX
@@ -39,6 +45,7 @@ class SelectStage:
         self.mode = select.mode
         self.selector = TrackSelector(select.mode, np.stack([r.embedding for r in refs]), fps=fps, confirm=confirm)
         self._last_ids: set[int] = set()  # tracks on the previous frame
+        self._judged_height: dict[int, float] = {}  # track -> its face's height on its last judged frame
 
     def observe(self, result: FrameResult) -> None:
         ids = {f.track_id for f in result.faces}
@@ -47,13 +54,27 @@ class SelectStage:
             # stand where it was lost, so what was judged before no longer vouches for it
             self.selector.resumed(tid)
         self._last_ids = ids
+        for f in result.faces:
+            if f.state == "detected" and not judgeable(f) and self._taken_over(f, result.scene_cut):
+                self.selector.resumed(f.track_id)  # covered until judged anew
         faces = [f for f in result.faces if judgeable(f)]
         if not faces:
             return
+        for f in faces:
+            self._judged_height[f.track_id] = float(f.box[3] - f.box[1])
         crops = np.stack([self._align(result.frame.image, f.landmarks) for f in faces])  # [N, 112, 112, 3]
         sims = self.selector.similarity(self.sface.embed(crops))
         for face, sim in zip(faces, sims):
             self.selector.observe(face.track_id, result.frame.index, float(sim))
+
+    def _taken_over(self, face: TrackedFace, cut: bool) -> bool:
+        """Whether an unjudged detection may be someone else than the track's last judged face: across a scene
+        cut, or at another size (SAME_SIZE). What was judged before vouches for the track only while neither."""
+        last = self._judged_height.get(face.track_id)
+        if last is None:
+            return False
+        ratio = float(face.box[3] - face.box[1]) / max(last, 1.0)
+        return cut or not SAME_SIZE[0] <= ratio <= SAME_SIZE[1]
 
     def split(self, result: FrameResult) -> None:
         """Move the faces left visible on this frame from ``result.faces`` to ``result.kept``."""

@@ -194,3 +194,27 @@ def test_selector_covers_a_track_that_comes_back_until_it_is_confirmed_anew():
     assert not sel.visible(7, 31)  # two judged frames are not yet a confirmation
     sel.observe(7, 32, 0.9)
     assert sel.visible(7, 32)
+
+
+@pytest.mark.parametrize("height, cut, shown", [(36.0, False, False), (50.0, True, False), (50.0, False, True),
+                                                (60.0, False, True), (70.0, False, False)])
+def test_a_kept_track_that_someone_else_may_have_taken_is_covered_until_judged_anew(media, height, cut, shown):
+    """A red team pasted a 36 px look-alike where the kept man's 51 px face had been: his detections continued
+    the track, too small to judge, and the open interval left him bare for 1.8 s (also across a scene cut to
+    another picture). An unjudged detection of a visible track at another size (SAME_SIZE) or across a cut
+    covers the track until it is judged anew; the same face at about its size stays shown."""
+    from streamdeid.config import SelectConfig
+    from streamdeid.selection import SelectStage
+    from streamdeid.types import Frame, FrameResult, TrackedFace
+
+    stage = SelectStage(SelectConfig("keep", [str(media / "obama.jpg")]), fps=25.0)
+    for i in range(3):  # three judged frames that match: the track is shown
+        stage.selector.observe(7, i, 0.9)
+    stage._judged_height[7] = 51.0
+    assert stage.selector.visible(7, 3)
+    landmarks = np.zeros((5, 2), np.float32)  # (unusable: the face is not judged)
+    face = TrackedFace(7, np.array([100, 100, 100 + height * 0.8, 100 + height]), landmarks, 0.8, "detected")
+    result = FrameResult(Frame(4, np.zeros((240, 320, 3), np.uint8), 4, None), [face], scene_cut=cut)
+    stage._last_ids = {7}
+    stage.observe(result)
+    assert stage.selector.visible(7, 4) is shown
