@@ -218,3 +218,18 @@ def test_a_kept_track_that_someone_else_may_have_taken_is_covered_until_judged_a
     stage._last_ids = {7}
     stage.observe(result)
     assert stage.selector.visible(7, 4) is shown
+
+
+def test_the_decision_line_reports_the_frames_a_track_was_shown_on():
+    """--only: a listed man SFace did not recognise at first was shown on frames 0-41, then matched; the match
+    clears the evidence's intervals (the frames not yet rendered are covered), and the audit log's decision line
+    said "visible_frames": [] for him. It now reports the frames rendered with the track left visible."""
+    sel = TrackSelector("only", np.eye(128, dtype=np.float32)[:1], fps=25.0)
+    for i in (0, 2, 4):
+        sel.observe(5, i, 0.1)  # three judged frames that do not match: not listed, shown
+    assert [sel.visible(5, i) for i in range(8)] == [True] * 8
+    sel.observe(5, 8, 0.9)  # a match: anonymized for good from here
+    assert [sel.visible(5, i) for i in range(8, 12)] == [False] * 4
+    summary = sel.tracks[5].summary()
+    assert summary["left_visible"] is True and summary["visible_frames"] == [[0, 8]]
+    assert sel.counts() == (1, 0)

@@ -60,12 +60,25 @@ class TrackEvidence:
     # person it followed before.
     intervals: list[list] = field(default_factory=list)
     ever_visible: bool = False
+    # Frames [start, end) the track was left visible on when rendered (``visible`` said so): what the audit log
+    # reports. The intervals above are the evidence, which a later match clears (only) or cuts short: reported
+    # instead, a listed man left bare on 42 frames read as "visible_frames: []".
+    shown: list[list[int]] = field(default_factory=list)
 
     def summary(self) -> dict:
         s = self.similarities
         return {"judged": self.judged, "best": round(max(s), 3) if s else None,
-                "median": round(float(np.median(s)), 3) if s else None, "left_visible": self.ever_visible,
-                "visible_frames": [list(iv) for iv in self.intervals]}
+                "median": round(float(np.median(s)), 3) if s else None, "left_visible": bool(self.shown),
+                "visible_frames": [list(iv) for iv in self.shown]}
+
+    def showed(self, frame_index: int) -> None:
+        """``frame_index`` was rendered with this track left visible."""
+        if self.shown and self.shown[-1][0] <= frame_index < self.shown[-1][1]:
+            return
+        if self.shown and self.shown[-1][1] == frame_index:
+            self.shown[-1][1] += 1
+        else:
+            self.shown.append([frame_index, frame_index + 1])
 
 
 class TrackSelector:
@@ -131,10 +144,13 @@ class TrackSelector:
         for start, end in ev.intervals:
             if start <= frame_index and (end is None or frame_index < end):
                 # an open interval vouches up to STALE_SECONDS past the last judged frame
-                return end is not None or frame_index - ev.last_judged <= self.stale_frames
+                if end is not None or frame_index - ev.last_judged <= self.stale_frames:
+                    ev.showed(frame_index)
+                    return True
+                return False
         return False
 
     def counts(self) -> tuple[int, int]:
         """(tracks left visible at some point, tracks never left visible) among tracks seen."""
-        shown = sum(ev.ever_visible for ev in self.tracks.values())
+        shown = sum(bool(ev.shown) for ev in self.tracks.values())
         return shown, len(self.tracks) - shown
