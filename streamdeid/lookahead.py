@@ -138,6 +138,13 @@ class LookaheadBuffer:
         while self._buf:
             yield self._leaving()
 
+    def drain_searched(self) -> Iterator[FrameResult]:
+        """The frames up to the newest one the detector ran on: those after it wait for a later run's back-fill
+        (a face new on them was seen by no detector yet)."""
+        last = max((k for k, r in enumerate(self._buf) if r.searched), default=-1)
+        for _ in range(last + 1):
+            yield self._leaving()
+
     def _leaving(self) -> FrameResult:
         """The oldest frame, handed on to be rendered: a back-fill still pending on it stays drawn (fails closed:
         undecided is covered)."""

@@ -133,6 +133,14 @@ class Pipeline:
         if self._pending:
             self._flush()
 
+    def drain_searched(self) -> None:
+        """Render and emit the frames the look-ahead holds up to the newest one the detector ran on (a live feed
+        that stalls: see LookaheadBuffer.drain_searched)."""
+        for ready in self.buffer.drain_searched():
+            self._take(ready)
+        if self._pending:
+            self._flush()
+
     def finish(self) -> None:
         """``drain``, then the run's final counts into the summary."""
         try:

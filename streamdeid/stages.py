@@ -217,7 +217,7 @@ class FaceStage:
         times.add("detect", t1 - t0 - camera_s)
         times.add("track", time.perf_counter() - t1 + camera_s)
         return FrameResult(frame, faces, scene_cut=cut, motion=motion, motion_unsure=step.unsure and not cut,
-                           looked_gone=frozenset(self.tracker.looked_gone))
+                           looked_gone=frozenset(self.tracker.looked_gone), searched=dets is not None)
 
     @staticmethod
     def _provisional(dets: Detections, scan: bool, floor: float) -> np.ndarray:

@@ -225,3 +225,4 @@ class FrameResult:
     # look-ahead buffer, the frames after it included (Pipeline._take): a weak track that turns out to be a
     # face within the look-ahead is treated as one on its earlier frames too (FaceContext.sure)
     sure_ahead: frozenset[int] = frozenset()
+    searched: bool = False  # the detector ran on this frame (a frame it skipped relies on a later run's back-fill)

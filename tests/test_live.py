@@ -639,3 +639,18 @@ def test_the_detector_cadence_never_skips_more_frames_than_the_look_ahead_holds(
     for lookahead, every, idle in ((None, 2, 4), (15, 2, 4), (3, 2, 4), (2, 1, 1), (1, 1, 1), (0, 1, 1)):
         stage = FaceStage(config, fps=5.0, lookahead_frames=lookahead)
         assert (stage.every, stage.idle_every) == (every, idle), lookahead
+
+
+def test_a_stall_renders_the_look_ahead_only_up_to_the_last_detector_run() -> None:
+    """A live feed that stalls has its look-ahead rendered before the next frame comes (within the latency bound).
+    The frames after the newest detector run were seen by no detector: a face new on them waits for the next
+    run's back-fill, so they stay (and are dropped whole if that comes too late)."""
+    from streamdeid.lookahead import LookaheadBuffer
+    from streamdeid.types import Frame, FrameResult
+
+    buf = LookaheadBuffer(6)
+    for i, searched in enumerate((True, False, True, False, False)):
+        assert list(buf.push(FrameResult(Frame(i, np.zeros((8, 8, 3), np.uint8), i, None), searched=searched))) == []
+    assert [r.frame.index for r in buf.drain_searched()] == [0, 1, 2]
+    assert len(buf) == 2 and list(buf.drain_searched()) == []
+    assert [r.frame.index for r in buf.drain()] == [3, 4]

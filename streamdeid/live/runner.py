@@ -266,16 +266,16 @@ class _LiveRun:
 
     def _stalled(self, now: float) -> None:
         """Input stalled (an outage, or a feed that comes in bursts): render what the look-ahead holds once its
-        oldest frame could wait no longer within the latency bound. Drained frames lose the back-fill a later
-        detection would give them: a face that came in on a frame the detector skipped stays bare there. (Drained
-        after the look-ahead's own time, a 5 fps pipe that came in bursts was drained 3 times in 60 frames and
-        left such a face bare on 2 of 150.)"""
+        oldest frame could wait no longer within the latency bound, up to the newest frame the detector ran on.
+        The frames after it wait for the next run's back-fill (a face new on them was seen by no detector), and are
+        dropped whole by _admit if that comes too late. (Drained whole after the look-ahead's own time, a 5 fps
+        pipe that came in bursts was drained 3 times in 60 frames and left such a face bare on 2 of 150.)"""
         if len(self.pipeline.buffer) and self.arrivals:
             oldest = min(self.arrivals.values())
             patience = max(self.summary.lookahead_frames / self.fps,
                            self.live.max_latency - self.pacing.proc - 2 * POLL_SECONDS)
             if time.monotonic() - oldest > patience:
-                self.pipeline.drain()
+                self.pipeline.drain_searched()
 
     def _budget(self) -> float:
         # A frame taken now is emitted after its own processing plus the
