@@ -128,15 +128,16 @@ class Pipeline:
     def drain(self) -> None:
         """Render and emit every frame the look-ahead buffer holds (end of input, or a gap in a live
         feed: no back-fill across it)."""
-        for ready in self.buffer.drain():
-            self._take(ready)
-        if self._pending:
-            self._flush()
+        self._render_now(self.buffer.drain())
 
     def drain_searched(self) -> None:
         """Render and emit the frames the look-ahead holds up to the newest one the detector ran on (a live feed
         that stalls: see LookaheadBuffer.drain_searched)."""
-        for ready in self.buffer.drain_searched():
+        self._render_now(self.buffer.drain_searched())
+
+    def _render_now(self, leaving: Iterator[FrameResult]) -> None:
+        """Render and emit ``leaving`` (frames taken off the look-ahead), the last batch too."""
+        for ready in leaving:
             self._take(ready)
         if self._pending:
             self._flush()

@@ -59,7 +59,6 @@ class TrackEvidence:
     # track is visible *now*: a track that switched to the reference person later does not reveal the
     # person it followed before.
     intervals: list[list] = field(default_factory=list)
-    ever_visible: bool = False
     # Frames [start, end) the track was left visible on when rendered (``visible`` said so): what the audit log
     # reports. The intervals above are the evidence, which a later match clears (only) or cuts short: reported
     # instead, a listed man left bare on 42 frames read as "visible_frames: []".
@@ -123,7 +122,6 @@ class TrackSelector:
             if ev.streak >= self.confirm and not ev.matched and not ev.visible:
                 ev.visible = True
                 ev.intervals.append([ev.streak_start, None])
-        ev.ever_visible |= ev.visible
 
     def resumed(self, track_id: int) -> None:
         """A track reported again after frames without it: covered from just after its last good

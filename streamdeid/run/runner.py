@@ -25,7 +25,8 @@ from ..pipeline import build_renderer
 from ..render import FrameRenderer
 from ..summary import RunSummary
 from ..types import StreamdeidError, UsageError
-from ..vault import source_fingerprint, vault_path_for
+from ..vault import source_fingerprints, vault_path_for
+from ..vault.header import parse_video_id
 from ..video.images import is_image, list_media, say_unread, unread_files
 from ..video.inputs import is_device, refuse_unread_scheme
 from ..video.partial import left_by_a_run, partial_path_for
@@ -54,16 +55,16 @@ def _keep_a_killed_recording(out: Path) -> None:
             return
 
 
-def _fingerprints(src: str, master, video_id: str | None) -> tuple[str, ...]:
+def _fingerprints(src: str, master, video_id: str | None) -> list[str]:
     """``src``'s source fingerprints as a vault of ``video_id`` holds it: salted with its id, or (vaults written
     before the salt) without."""
-    unsalted = source_fingerprint(src, master, None)
-    if video_id is None:
-        return (unsalted,)
-    try:
-        return source_fingerprint(src, master, bytes.fromhex(video_id)), unsalted
-    except (ValueError, StreamdeidError):  # an id that is no video id: only the old form can match
-        return (unsalted,)
+    ids: list[bytes | None] = [None]
+    if video_id is not None:
+        try:
+            ids.insert(0, parse_video_id(video_id))
+        except (ValueError, TypeError):  # an id that is no video id: only the old form can match
+            pass
+    return source_fingerprints(src, master, ids)
 
 
 def default_output(src: str) -> Path:

@@ -22,7 +22,7 @@ The byte layout is documented in :mod:`streamdeid.vault.format`.
 
 from .format import ALGORITHMS, MAGIC, VERSION, MaskParams
 from .reader import VaultDamage, VaultReader, VaultRecord
-from .header import source_fingerprint
+from .header import source_fingerprint, source_fingerprints
 from .naming import read_edits_tag, read_video_id_tag, vault_path_for, video_id_tag
 from .writer import VaultWriter
 
@@ -38,6 +38,7 @@ __all__ = [
     "read_edits_tag",
     "read_video_id_tag",
     "source_fingerprint",
+    "source_fingerprints",
     "vault_path_for",
     "video_id_tag",
 ]

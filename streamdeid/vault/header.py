@@ -47,15 +47,20 @@ def source_fingerprint(path, master_key, video_id: bytes | None, head_bytes: int
     Keyed, so only the key's holder can tell whether a file is this vault's
     source (a plain hash would let anyone holding a candidate original confirm it).
     """
+    return source_fingerprints(path, master_key, [video_id], head_bytes)[0]
+
+
+def source_fingerprints(path, master_key, video_ids: list[bytes | None], head_bytes: int = 1 << 20) -> list[str]:
+    """``source_fingerprint`` for each of ``video_ids``, the file read once."""
     try:
         size = os.path.getsize(path)
         with open(path, "rb") as f:
             head = f.read(head_bytes)
     except OSError as e:
         raise StreamdeidError(f"cannot read {path}: {e.strerror}") from None
-    mac = hmac.new(derive.fingerprint_key(master_bytes(master_key), video_id), size.to_bytes(8, "little") + head,
-                   hashlib.sha256)
-    return f"hmac-sha256-head:{mac.hexdigest()}"
+    master = master_bytes(master_key)
+    return ["hmac-sha256-head:" + hmac.new(derive.fingerprint_key(master, vid), size.to_bytes(8, "little") + head,
+                                           hashlib.sha256).hexdigest() for vid in video_ids]
 
 
 def build_header(header_meta: dict, video_id: bytes, master: bytes, *, crop_codec: str | None,

@@ -89,10 +89,12 @@ class VideoWriter:
     ``success`` = "no exception".
     """
 
+    private = False  # files readable by their owner only (recovered originals); a StreamWriter writes no file
+
     def __init__(self, path: str | os.PathLike[str], template: VideoTemplate, config: OutputConfig,
                  metadata: dict[str, str] | None = None, *, private: bool = False) -> None:
         self.path = Path(path)
-        self.private = private  # files readable by their owner only (recovered originals)
+        self.private = private
         self._start(template, config, metadata)
 
     def _start(self, template: VideoTemplate, config: OutputConfig, metadata: dict[str, str] | None) -> None:
@@ -125,7 +127,7 @@ class VideoWriter:
         fmt = output_format(self._ext)
         check_overwrite(self.path, self._config.overwrite)
         self._encoding = choose_video_encoding(self._config, *self._stored_size(), self._ext)
-        self._claim = claim_partial(self.partial_path, self.path, private=getattr(self, "private", False))
+        self._claim = claim_partial(self.partial_path, self.path, private=self.private)
         try:
             return av.open(str(self.partial_path), mode="w", format=fmt, options=muxer_options(self._ext))
         except AV_ERRORS as exc:
@@ -230,7 +232,7 @@ class VideoWriter:
             return self.partial_path
         finished = self.path.with_name(f"{self.path.stem}.finishing{self.path.suffix}")
         try:
-            if getattr(self, "private", False):  # created owner-only before the copy writes into it
+            if self.private:  # created owner-only before the copy writes into it
                 os.close(os.open(finished, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
                 os.chmod(finished, 0o600)
             faststart_copy(self.partial_path, finished, output_format(self._ext), self._metadata)
