@@ -55,7 +55,9 @@ def _backfilled_boxes(moves: list[float], grow: list[float] | None = None) -> li
         if i in seen:
             g = grow[seen[i]]
             faces = [TrackedFace(7, BOX + [moves[seen[i]] - g, -g, moves[seen[i]] + g, g], LM + [moves[seen[i]], 0], 0.9)]
-        out += list(buf.push(_result(i, faces)))
+        result = _result(i, faces)
+        result.searched = i % 2 == 0  # the detector runs on every 2nd frame and found no face before frame 6
+        out += list(buf.push(result))
     out += list(buf.drain())
     back = [f for r in out[:6] for f in r.faces]
     assert [f.state for f in back] == ["backfilled"] * 6

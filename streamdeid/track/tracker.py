@@ -12,12 +12,15 @@
   track's state is carried through the frame-to-frame motion of the picture
   before association, so a panning camera does not fragment tracks and held
   covers move with the picture instead of staying where the face was.
-* Three-stage association: detections with ``score >= high_score`` are matched
+* Four-stage association: detections with ``score >= high_score`` are matched
   to all tracks first, the remaining (low-score) ones to the tracks left over
   (both by IoU; a track no run has confirmed, once a run missed it, comes
   last), then what is left by nearness: a detection whose centre lies
   inside a left-over track's box continues it (a face that moved more than its
-  box since the last run) instead of starting a duplicate beside it. The
+  box since the last run) instead of starting a duplicate beside it. A fourth
+  stage (``_fast``) pairs a track the last run found with a detection of its
+  own face (its pixels, ``same_face``) up to FAST_REACH of its height a frame
+  away: a face moving most of its size a frame. The
   assignment is solved per connected component of the allowed pairs.
 * ``provisional`` detections (FaceStage: the fast pass's boxes under its
   reliable size, between small-face scans) start tracks reported only from
@@ -27,7 +30,8 @@
   that missed it), then dropped. The held box is the Kalman-predicted one,
   widened with every frame unseen (TrackedFace.widened, bounded). The
   prediction itself keeps its last observed size and a clamped centre
-  velocity, so it cannot grow or fly off explosively. ``update(...,
+  velocity (MAX_HELD_SPEED once a run missed it, FAST_REACH between runs), so
+  it cannot grow or fly off explosively. ``update(...,
   blind_below=H)``: this run could not see faces under H px (the fast pass
   between small-face scans), so a smaller track it missed is not widened for
   it (only a run that could see it starts the widening), though its hold
@@ -138,6 +142,11 @@ ADDED_IDS_FROM = 1_000_000
 
 # Largest centre speed of a held track, in box heights per frame.
 MAX_HELD_SPEED = 0.25
+
+# Stage 4 of the association (FaceTracker._fast): a track the last run found continues with a detection of its
+# face up to this many of its heights a frame away from its predicted centre, at a height within this ratio.
+FAST_REACH = 1.0
+FAST_SIZE = 1.25
 
 # Between two detector runs a face is drawn at its predicted box (BETWEEN_RUNS_GROWTH larger). A face at
 # least this tall is looked for by its pixels there too (``locate``) and drawn on them when found
@@ -280,6 +289,8 @@ class FaceTracker:
         refused = self._refused(matched, boxes, same_face)
         for ti in refused:
             del matched[ti]
+        if same_face is not None:
+            matched.update(self._fast(matched, left_dets, boxes, same_face))
         self._correct(matched, dets)
         # PRIVACY: unmatched detections (high or low score) start tracks now; a provisional one is
         # reported from its second detector run (FaceStage sets it only when the look-ahead reaches back)
@@ -396,6 +407,37 @@ class FaceTracker:
         for ti, di in pairs:
             matched[left_tracks[ti]] = left_dets[di]
         return matched, left_dets
+
+    def _fast(self, matched: dict[int, int], left_dets: list[int], boxes: np.ndarray,
+              same_face: SameFace) -> dict[int, int]:
+        """Stage 4 of the association: a face that moved more than half its box since the last run (a runner, a
+        face close to the camera), which the nearness stage cannot pair. A track the last run found and this one
+        has not matched continues with a detection no stage took when the detection is within FAST_SIZE of its
+        height, its centre lies within FAST_REACH of that height a frame since the last run from the track's
+        predicted centre, and it shows the track's face (``same_face``: its pixels, the rejoin's check, which
+        takes no neighbour in a crowd). Each such face would otherwise start a new track at every run, drawn
+        where the last run left it between runs: a 90 px face crossing a 640 px frame at 80 px a frame was bare
+        on every frame the detector skipped ({track index: detection index}, the pairs made)."""
+        taken = set(matched.values())
+        dets = [di for di in left_dets if di not in taken]
+        tracks = [ti for ti, t in enumerate(self._tracks)
+                  if ti not in matched and t.misses and not t.lost_age and self._holding(t)]
+        if not dets or not tracks:
+            return {}
+        predicted = xyah_to_xyxy(np.stack([self._tracks[ti].mean for ti in tracks]))  # [T, 4]
+        d = boxes[dets].astype(np.float64)  # [D, 4]
+        height = np.array([self._tracks[ti].height for ti in tracks])  # [T]
+        reach = FAST_REACH * height * np.array([self._tracks[ti].misses for ti in tracks])  # [T] px
+        gap = np.hypot(*((d[None, :, :2] + d[None, :, 2:]) / 2 - (predicted[:, None, :2] + predicted[:, None, 2:]) / 2
+                         ).transpose(2, 0, 1))  # [T, D] centre distances
+        ratio = (d[:, 3] - d[:, 1])[None, :] / np.maximum(height[:, None], 1e-6)  # [T, D]
+        near = np.where((gap <= reach[:, None]) & (ratio >= 1 / FAST_SIZE) & (ratio <= FAST_SIZE),
+                        1.0 - gap / np.maximum(reach[:, None], 1e-6), 0.0)
+        for i, j in zip(*np.nonzero(near)):  # the pixel check only where the geometry allows (a few pairs)
+            if not same_face(self._tracks[tracks[i]].track_id, d[j]):
+                near[i, j] = 0.0
+        pairs, _, _ = linear_assignment(near, NEAR_GATE)
+        return {tracks[i]: dets[j] for i, j in pairs}
 
     def _spotted(self, t: _Track, box: np.ndarray, score: float, frame_size: tuple[int, int] | None) -> None:
         """A detection (``box``, ``score``) continued or started ``t``: is it a close-up, and is it shaky (a
@@ -522,7 +564,9 @@ class FaceTracker:
         height = np.array([t.height for t in self._tracks])
         held = np.array([t.misses > 0 for t in self._tracks])
         mean[held, 6:8] = 0.0
-        limit = (MAX_HELD_SPEED * height[held])[:, None]
+        # between runs (no run missed it yet) as fast as a face the association follows (FAST_REACH)
+        reach = np.array([FAST_REACH if not t.lost_age else MAX_HELD_SPEED for t in self._tracks])
+        limit = (reach[held] * height[held])[:, None]
         mean[held, 4:6] = np.clip(mean[held, 4:6], -limit, limit)
         remembered = np.array([not self._holding(t) for t in self._tracks])
         mean[remembered, 4:6] = 0.0  # no longer covered: it stands where it was lost (and moves with the camera)
