@@ -160,6 +160,15 @@ class LookaheadBuffer:
         for _ in range(last + 1):
             yield self._leaving()
 
+    def discard(self) -> list[FrameResult]:
+        """Take every frame off the buffer unrendered (a live feed's gap or end: the frames after the newest detector
+        run, which no later run will back-fill; see Pipeline.drop_unsearched)."""
+        gone, self._buf = list(self._buf), deque()
+        self._pending.clear()
+        self._last.clear()
+        self._unsettled.clear()
+        return gone
+
     def _leaving(self) -> FrameResult:
         """The oldest frame, handed on to be rendered: a back-fill still pending on it stays drawn (fails closed:
         undecided is covered)."""

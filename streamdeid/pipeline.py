@@ -126,14 +126,21 @@ class Pipeline:
             self._take(ready)
 
     def drain(self) -> None:
-        """Render and emit every frame the look-ahead buffer holds (end of input, or a gap in a live
-        feed: no back-fill across it)."""
+        """Render and emit every frame the look-ahead buffer holds (end of a file; a live feed's gap or end:
+        drop_unsearched first)."""
         self._render_now(self.buffer.drain())
 
     def drain_searched(self) -> None:
         """Render and emit the frames the look-ahead holds up to the newest one the detector ran on (a live feed
         that stalls: see LookaheadBuffer.drain_searched)."""
         self._render_now(self.buffer.drain_searched())
+
+    def drop_unsearched(self) -> list[FrameResult]:
+        """A live feed's gap or end: render the look-ahead up to the newest frame the detector ran on and drop the
+        frames after it whole, unrendered (returned). No later run will back-fill them, so a face new on them
+        was seen by no detector; drained whole, a reconnect rendered them (bare, if a face came in there)."""
+        self.drain_searched()
+        return self.buffer.discard()
 
     def _render_now(self, leaving: Iterator[FrameResult]) -> None:
         """Render and emit ``leaving`` (frames taken off the look-ahead), the last batch too."""

@@ -250,7 +250,7 @@ class _LiveRun:
 
     def _take(self, item: object, arrived: float) -> None:
         if isinstance(item, Discontinuity):
-            self.pipeline.drain()  # no back-fill across a gap
+            self._drop_unsearched()  # no back-fill across a gap
             self.pacing.cut = True  # detect on the first frame after the gap, no back-fill
             return
         if isinstance(item, AudioPacket):
@@ -263,6 +263,13 @@ class _LiveRun:
         self.pipeline.push(item, force_cut=cut)
         spent = time.perf_counter() - t0
         self.pacing.proc += EMA_ALPHA * (spent - self.pacing.proc)
+
+    def _drop_unsearched(self) -> None:
+        """Render the look-ahead up to the newest detector run; the frames after it are dropped whole (a gap or the
+        feed's end: no run will back-fill them; Pipeline.drop_unsearched) and counted with the late ones."""
+        for result in self.pipeline.drop_unsearched():
+            self.arrivals.pop(result.frame.index, None)
+            self.pacing.late += 1
 
     def _stalled(self, now: float) -> None:
         """Input stalled (an outage, or a feed that comes in bursts): render what the look-ahead holds once its
@@ -319,7 +326,10 @@ class _LiveRun:
         """Render what the look-ahead holds, finish the open segment, stop the reader, fill the summary."""
         self.stop.set()
         try:
-            self.pipeline.finish()
+            try:
+                self._drop_unsearched()  # (a failed run too: what no detector saw is not written)
+            finally:
+                self.pipeline.finish()
         finally:
             try:
                 self.sink.close()
