@@ -191,6 +191,18 @@ def test_stamp_roundtrip() -> None:
 
 
 @needs_media
+def _live_pipe(clip: Path, setup: str, live: str) -> subprocess.CompletedProcess:
+    """``run_live('-', '-')`` in a subprocess with ``clip`` on its stdin: ``setup`` changes the PipelineConfig
+    ``c``, ``live`` gives LiveConfig's arguments. Checks it exits 0; the output is its stdout."""
+    code = ("import sys; from streamdeid.live import run_live, LiveConfig; from streamdeid.config import "
+            f"PipelineConfig; c = PipelineConfig(progress=False); {setup}"
+            f"s = run_live('-', '-', c, LiveConfig({live})); print(s.line(), file=sys.stderr)")
+    with clip.open("rb") as stdin:
+        proc = subprocess.run([sys.executable, "-c", code], stdin=stdin, capture_output=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    return proc
+
+
 def test_stdin_to_stdout_mpegts(tmp_path: Path) -> None:
     """``-`` in, ``-o -`` out: the pipe path of a live run, in a subprocess."""
     ts = tmp_path / "in.ts"
@@ -202,12 +214,7 @@ def test_stdin_to_stdout_mpegts(tmp_path: Path) -> None:
                 continue
             packet.stream = vout
             out.mux(packet)
-    code = ("import sys; from streamdeid.live import run_live, LiveConfig; from streamdeid.config import "
-            "PipelineConfig; s = run_live('-', '-', PipelineConfig(progress=False), LiveConfig(stats_json='-', "
-            "stats_interval=1, max_latency=30)); print(s.line(), file=sys.stderr)")
-    with ts.open("rb") as stdin:
-        proc = subprocess.run([sys.executable, "-c", code], stdin=stdin, capture_output=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    proc = _live_pipe(ts, "", "stats_json='-', stats_interval=1, max_latency=30")
     out = tmp_path / "out.ts"
     out.write_bytes(proc.stdout)
     with av.open(str(out)) as c:
@@ -677,12 +684,7 @@ def test_frames_no_detector_saw_are_dropped_at_the_end_of_a_feed_not_shown(tmp_p
             image[130:220, 200:290] = new
         frames.append(image)
     clip = make_video(tmp_path / "in.ts", frames)
-    code = ("import sys; from streamdeid.live import run_live, LiveConfig; from streamdeid.config import "
-            "PipelineConfig; c = PipelineConfig(progress=False); c.anonymize.method = 'solid'; "
-            "s = run_live('-', '-', c, LiveConfig(max_latency=30)); print(s.line(), file=sys.stderr)")
-    with clip.open("rb") as stdin:
-        proc = subprocess.run([sys.executable, "-c", code], stdin=stdin, capture_output=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    proc = _live_pipe(clip, "c.anonymize.method = 'solid'; ", "max_latency=30")
     (tmp_path / "out.ts").write_bytes(proc.stdout)
     out = decode(tmp_path / "out.ts")
     assert len(out) >= 15
