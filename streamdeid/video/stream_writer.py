@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import time
 
 import av
 
@@ -30,6 +31,8 @@ STDOUT = "-"
 # (each would add frames of delay) and a keyframe every 2 s so a player that
 # joins mid-stream starts quickly.
 LIVE_X264 = {"tune": "zerolatency"}
+# A wait this close to the socket timeout was a timeout (FFmpeg's RTSP muxer says "Invalid data" for it too).
+TIMED_OUT_SHARE = 0.9
 
 
 def is_stream_output(target: str) -> bool:
@@ -58,6 +61,11 @@ class StreamWriter(VideoWriter):
         self.target = target
         self._container_name, self._options, self._timeout = container, options, timeout
         self._reader_gone = False  # stdout's reader hung up (EPIPE)
+        # A failed write leaves the muxer unusable: FFmpeg's RTSP muxer frees its streams when the server refuses
+        # SETUP or RECORD, and PyAV sends the header again at the next packet, which crashed the process
+        # (SIGSEGV) when close() flushed the encoder. After a failure the container is only closed.
+        self._failure: StreamdeidError | None = None
+        self._sent = False  # a packet went out (an RTSP server took ANNOUNCE/SETUP/RECORD)
         # No file is written, published or kept: what was sent is sent. ``target`` names the output
         # (redacted in messages: a URL may hold credentials).
         self.path = None
@@ -89,6 +97,11 @@ class StreamWriter(VideoWriter):
             encoding.options.setdefault("g", str(max(1, round(2 * float(rate)))) if rate else "50")
         self._encoding = encoding
         opts = {"flush_packets": "1", **(self._options or {})}
+        if fmt == "rtsp" and self._timeout:
+            # The RTSP muxer's socket I/O timeout (microseconds): PyAV's timeout= guards inputs only, and the
+            # handshake runs at the first packet holding the GIL, so a server that never answered held the run
+            # (SIGTERM included) for good. Other URLs are opened by PyAV without options: none can be passed.
+            opts.setdefault("timeout", str(int(self._timeout * 1e6)))
         try:
             if target == STDOUT:
                 return av.open(sys.stdout.buffer, mode="w", format=fmt, options=opts)
@@ -96,11 +109,37 @@ class StreamWriter(VideoWriter):
         except AV_ERRORS as exc:
             raise StreamdeidError(f"cannot open output {redact(target)}: {error_reason(exc)}") from None
 
-    def _write_error(self, exc: BaseException) -> StreamdeidError:
+    def _mux(self, packets: av.Packet | list[av.Packet]) -> None:
+        if self._failure is not None:  # never the muxer again (see __init__)
+            raise self._failure
+        started = time.monotonic()
+        try:
+            self._container.mux(packets)
+        except AV_ERRORS as exc:
+            self._failure = self._write_error(exc, time.monotonic() - started)
+            raise self._failure from None
+        if isinstance(packets, av.Packet) or packets:
+            self._sent = True
+
+    def _write_error(self, exc: BaseException, waited: float = 0.0) -> StreamdeidError:
         if self.target == STDOUT and _is_broken_pipe(exc):
             self._reader_gone = True
             return OutputClosed(f"the reader of - hung up after {self._frames_written} frames; stopped")
+        if self._stream_fmt == "rtsp" and not self._sent:
+            return StreamdeidError(self._refused(exc, waited))
         return super()._write_error(exc)
+
+    def _refused(self, exc: BaseException, waited: float) -> str:
+        """What an RTSP server that did not take the push (its handshake runs at the first packet) did."""
+        url, reason = redact(self.target), error_reason(exc)
+        if self._timeout and waited >= TIMED_OUT_SHARE * self._timeout:
+            return f"the RTSP server at {url} did not answer within {self._timeout:g} s; nothing was pushed"
+        if isinstance(exc, av.error.InvalidDataError):
+            # garbage, a hang-up, or an error answer to SETUP or RECORD (FFmpeg reports all of them so)
+            return f"the RTSP server at {url} refused the push or answered invalid data; nothing was pushed"
+        if reason.startswith("Server returned"):
+            return f"the RTSP server at {url} refused the push ({reason}); nothing was pushed"
+        return f"cannot push to {url}: {reason}"
 
     def _accepts(self, codec: str) -> bool:
         if self._stream_fmt in ("rtsp", "flv", "mpegts"):
@@ -111,8 +150,8 @@ class StreamWriter(VideoWriter):
         """End the stream. Returns None: there is no file to publish."""
         if self._closed:
             return None
-        if self._frames_written == 0 or self._reader_gone:  # nobody to finish the stream for
-            self._discard()
+        if self._frames_written == 0 or self._reader_gone or self._failure is not None:
+            self._discard()  # nobody to finish the stream for, or a muxer that failed (see __init__)
             return None
         try:
             self._finalize()
