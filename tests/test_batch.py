@@ -335,3 +335,19 @@ def test_a_ray_address_where_no_cluster_answers_is_one_line(tmp_path: Path, medi
         err = proc.stderr.decode()
         assert proc.returncode == 1 and says in err and "Traceback" not in err, err
         assert len([line for line in err.splitlines() if line.strip()]) == 1, err
+
+
+def test_a_batch_that_kept_nothing_removes_the_key_it_made(tmp_path: Path) -> None:
+    """`batch BAD --key-file new.bin --new-key`: every file failed, and the key the batch had made (which opens
+    nothing) was left behind. It is removed; a key that was there before the batch is kept."""
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "bad.mp4").write_bytes(b"this is not a video\n" * 50)
+    key = tmp_path / "new.bin"
+    args = ("batch", str(tmp_path / "in"), "-o", str(tmp_path / "out"), "--key-file", str(key), "--no-progress")
+    proc = run_cli(*args, "--new-key")
+    err = proc.stderr.decode()
+    assert proc.returncode == 1 and "Traceback" not in err and not key.exists(), err
+    assert run_cli("keygen", str(key)).returncode == 0
+    secret = key.read_bytes()
+    proc = run_cli(*args, "--new-key")
+    assert proc.returncode == 1 and key.read_bytes() == secret, proc.stderr.decode()

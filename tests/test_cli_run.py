@@ -1173,7 +1173,7 @@ def test_a_vault_that_cannot_be_finished_leaves_no_output(tmp_path: Path, media:
     src = make_video(tmp_path / "in.mp4", face_frames(media, 3))
     with pytest.raises(StreamdeidError, match="No space left"):
         anonymize(str(src), tmp_path / "out.mp4", PipelineConfig(), key_file=str(tmp_path / "k.bin"), new_key=True)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.mp4", "k.bin"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.mp4"]  # the key the run made opens nothing: gone too
 
 
 def test_keys_and_originals_are_never_written_to_stdout(tmp_path: Path) -> None:
@@ -1184,3 +1184,41 @@ def test_keys_and_originals_are_never_written_to_stdout(tmp_path: Path) -> None:
         err = proc.stderr.decode()
         assert proc.returncode == 2 and ("not to stdout" in err or "give -o PATH" in err), err
         assert len(err.strip().splitlines()) == 1 and not (Path.cwd() / "-").exists(), err
+
+
+def test_a_key_made_by_a_run_that_kept_nothing_is_removed(tmp_path: Path, media: Path) -> None:
+    """`run BAD --key-file new.bin --new-key` (a missing file, one that is no video, a folder of such, a camera
+    nobody answers at) failed and left the key it had made: a key file that opens nothing, beside a user who
+    may take it for the one that opens their video. It is removed with the run; a key that was there before
+    the run, or one a vault of the run needs (a folder whose good file was done), is kept."""
+    (tmp_path / "bad.mp4").write_bytes(b"this is not a video\n" * 50)
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "bad.mp4").write_bytes(b"this is not a video\n" * 50)
+    key = tmp_path / "new.bin"
+    for args, code in (((str(tmp_path / "missing.mp4"),), 1), ((str(tmp_path / "bad.mp4"),), 1),
+                       ((str(folder), "-o", str(tmp_path / "outf")), 1),
+                       (("rtsp://127.0.0.1:1/x", "-o", str(tmp_path / "live.mp4"), "--max-retries", "0"), 3)):
+        proc = run_cli("run", *args, "--key-file", str(key), "--new-key", "--no-progress")
+        err = _err_line(proc)
+        assert proc.returncode == code and "created a new master key" in err, err
+        assert not key.exists(), (args, err)
+        assert "removed" in err and "new.bin" in err, err
+    # a key that was there before a failed run is the user's: kept as it was
+    assert run_cli("keygen", str(key)).returncode == 0
+    secret = key.read_bytes()
+    proc = run_cli("run", str(tmp_path / "bad.mp4"), "--key-file", str(key), "--new-key", "--no-progress")
+    assert proc.returncode == 1 and key.read_bytes() == secret, _err_line(proc)
+    key.unlink()
+    # a folder with a good file: its vault needs the new key, kept though another file failed
+    make_video(folder / "a.mp4", face_frames(media, 3))
+    proc = run_cli("run", str(folder), "-o", str(tmp_path / "out2"), "--key-file", str(key), "--new-key",
+                   "--no-progress")
+    assert proc.returncode == 1 and key.exists() and (tmp_path / "out2" / "a.mp4.sdv").exists(), _err_line(proc)
+    key.unlink()
+    # Ctrl-C midway: the partial output's vault needs the new key
+    out = tmp_path / "stopped.mp4"
+    proc, err = _stopped_midway(signal.SIGINT, str(_long_input(tmp_path, media)), "-o", str(out), "--key-file",
+                                str(key), "--new-key", "--anonymizer", "solid")
+    assert proc.returncode == 130 and key.exists(), err.decode()
+    assert (tmp_path / "stopped.partial.mp4.sdv").exists(), err.decode()

@@ -97,3 +97,21 @@ def test_a_manifest_row_runner_shares_the_models_and_the_key(tmp_path: Path) -> 
     assert other.models is base.models
     assert other.next_keys().master == base.next_keys().master
     assert other.next_keys().video_id != base.next_keys().video_id
+
+
+def test_a_runner_whose_new_key_was_removed_writes_it_again_before_its_next_vault(tmp_path: Path,
+                                                                                  media: Path) -> None:
+    """A runner made with new_key removes the key it made when its run fails having kept nothing (a missing
+    input); its next run's vault needs that key, so it is written again, the same key, before the run."""
+    from streamdeid.keys import load_key
+    from streamdeid.types import StreamdeidError
+
+    key = tmp_path / "k.bin"
+    runner = Runner(RunOptions(key_file=str(key), new_key=True))
+    assert key.exists()
+    with pytest.raises(StreamdeidError, match="no such file"):
+        anonymize(str(tmp_path / "missing.mp4"), tmp_path / "o.mp4", runner=runner)
+    assert not key.exists()
+    clip = make_video(tmp_path / "c.mp4", face_frames(media, 3))
+    res = anonymize(str(clip), tmp_path / "out.mp4", runner=runner)
+    assert res.vault is not None and load_key(key) == runner.next_keys().master

@@ -74,9 +74,25 @@ def run_batch(sources: list[str], out_dir: str | Path, opts: dict[str, Any], *, 
         tasks = shard(tasks, shard_index, shard_count)
     from ..run import Runner, batch_options
 
-    # a bad option, a missing model or key fails here, before any worker starts (the key is created once, here)
-    Runner(batch_options(opts))
     json_path, csv_path = report_paths(out, report, shard_index, shard_count)
+    # a bad option, a missing model or key fails here, before any worker starts (the key is created once, here)
+    keyed = Runner(batch_options(opts))
+    result = BatchResult([], json_path, 0.0, "no worker")
+    try:
+        _drive(result, tasks, out, opts, ray, workers, cpus_per_worker, retries, csv_path, progress)
+    except BaseException:
+        keyed.drop_new_key([Path(t.output) for t in tasks])  # a key made for a batch that kept no vault
+        raise
+    if result.interrupted or any(o.status == FAILED for o in result.outcomes):
+        keyed.drop_new_key([Path(t.output) for t in tasks])
+    return result
+
+
+def _drive(result: BatchResult, tasks: list[Task], out: Path, opts: dict[str, Any], ray: str | None,
+           workers: int | None, cpus_per_worker: float, retries: int, csv_path: Path, progress: bool) -> None:
+    """The batch's files through a pool of workers into ``result`` (its outcomes, reports written on the way
+    and at the end, also when it stops)."""
+    json_path = result.report
     # the reports are rewritten by every run of the batch, but never over what it reads, nor over a file
     # that is no report without --overwrite
     reads = [("key file", opts.get("key_file"))] + [("input", t.input) for t in tasks]
@@ -87,7 +103,7 @@ def run_batch(sources: list[str], out_dir: str | Path, opts: dict[str, Any], *, 
     t0 = time.perf_counter()
     outcomes: dict[str, BatchOutcome] = {}
     pool = _pool(opts, ray, workers if workers else min(len(tasks), os.cpu_count() or 1) or 1, cpus_per_worker)
-    result = BatchResult([], json_path, 0.0, pool.description if pool else "no worker")
+    result.pool = pool.description if pool else "no worker"
     bar = tqdm(total=len(tasks), unit="file", disable=not progress, dynamic_ncols=True, desc="batch")
     last_flush = time.monotonic()
     try:
@@ -122,7 +138,6 @@ def run_batch(sources: list[str], out_dir: str | Path, opts: dict[str, Any], *, 
         bar.close()
         pool.close()
         _write(result, tasks, outcomes, json_path, csv_path, t0, interrupted=result.interrupted)
-    return result
 
 
 def _lost(task: Task, exc: BaseException, attempt: int) -> BatchOutcome:

@@ -32,6 +32,7 @@ from .keyfile import (
     export_track_key,
     generate_master_key,
     load_key,
+    write_master_key,
 )
 from .run import RunKeys, run_keys
 
@@ -58,4 +59,5 @@ __all__ = [
     "track_key",
     "track_key_check",
     "vault_key",
+    "write_master_key",
 ]

@@ -188,7 +188,12 @@ def _write_new(path, data: bytes, what: str) -> None:
 
 def generate_master_key(path) -> MasterKey:
     """Create a new master key file at ``path`` (32 CSPRNG bytes, mode 0600, no overwrite)."""
-    key = MasterKey(secrets.token_bytes(KEY_LEN), os.fspath(path))
+    return write_master_key(MasterKey(secrets.token_bytes(KEY_LEN), os.fspath(path)), path)
+
+
+def write_master_key(key: MasterKey, path) -> MasterKey:
+    """Write ``key`` into a new file at ``path`` (mode 0600, no overwrite): a run's new key written again
+    after a failed run removed it (run/runner.py)."""
     _write_new(path, encode_key(key), "key file")
     return key
 

@@ -22,6 +22,10 @@ class RunKeys:
     master: MasterKey | bytes
     video_id: bytes
     ephemeral: bool  # True: the master was drawn for this run and never stored (irreversible)
+    created: Path | None = None  # the key file this run made (--new-key); None: the user's, or none
+    # the outputs a vault under this master was opened for, by every video of the run (shared by for_next_video):
+    # a key file the run made is removed after a failure only when none of their vaults is on disk
+    vault_outputs: list[Path] = field(default_factory=list, repr=False, compare=False)
     # Each track's key, derived once: the renderer asks for it per face and frame (a crowd: 270 a frame).
     _tracks: dict[int, bytes] = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -33,7 +37,7 @@ class RunKeys:
 
     def for_next_video(self) -> "RunKeys":
         """Same master, a fresh video id (each video of a folder gets its own)."""
-        return RunKeys(self.master, new_video_id(), self.ephemeral)
+        return RunKeys(self.master, new_video_id(), self.ephemeral, self.created, self.vault_outputs)
 
 
 def run_keys(key_file: str | None, *, new_key: bool = False) -> RunKeys:
@@ -41,14 +45,15 @@ def run_keys(key_file: str | None, *, new_key: bool = False) -> RunKeys:
     if key_file is None:
         return RunKeys(secrets.token_bytes(32), new_video_id(), ephemeral=True)
     path = Path(key_file)
+    created = None
     if not path.exists():
         if not new_key:
             raise StreamdeidError(f"{key_file}: no such key file (create one with `streamdeid keygen {key_file}`"
                                   " or pass --new-key)")
-        master = generate_master_key(path)
+        master, created = generate_master_key(path), path
         log.warning("created a new master key in %s: keep it safe, it is the only way to recover faces", path)
     else:
         master = load_key(path)
     if not isinstance(master, MasterKey):
         raise StreamdeidError(f"{key_file} is a track key; run needs a master key")
-    return RunKeys(master, new_video_id(), ephemeral=False)
+    return RunKeys(master, new_video_id(), ephemeral=False, created=created)

@@ -107,6 +107,7 @@ def open_vault_writer(path: Path, keys: RunKeys, *, source: str, output: Path, s
     """``pipeline``: clear-text settings model-mode recovery needs to redo the paste
     (anonymizer, model hash, crop size, align margin, blend mask); nothing secret.
     ``quality``: the crop codec (vault.crops.QUALITIES); chunks hold about a second of ``fps``."""
+    keys.vault_outputs.append(Path(output))  # before the file exists: a failed run keeps the key it needs
     meta = {"video_id": keys.video_id.hex(), "output": output.name}
     if source != "-" and Path(source).is_file():
         meta["source_fingerprint"] = source_fingerprint(source, keys.master, keys.video_id)

@@ -20,7 +20,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from ..files import refuse_clobbering, refuse_same_file
-from ..keys import RunKeys, run_keys
+from ..keys import RunKeys, encode_key, run_keys, write_master_key
 from ..pipeline import build_renderer
 from ..render import FrameRenderer
 from ..summary import RunSummary
@@ -87,6 +87,12 @@ class Runner:
         self.options = options or RunOptions()
         self.models = models or Models()
         self._keys = keys or run_keys(self.options.key_file, new_key=self.options.new_key)
+        # --new-key: the key file this runner made (a runner sharing another's keys made none). A run that fails
+        # having kept no vault removes it again (``drop_new_key``): it would open nothing. Kept for good once a
+        # run succeeded or kept a vault; written back before the next run of a runner that removed it.
+        self._new_key: Path | None = self._keys.created if keys is None else None
+        self._key_removed = False
+        self._key_kept = False
 
     @property
     def config(self):
@@ -121,7 +127,51 @@ class Runner:
 
     def run(self, src: str, dst: str | Path | None = None) -> RunResult:
         """Anonymize ``src`` (a video file, an image, a folder of them, ``-`` for stdin, or a live feed) into
-        ``dst`` (default: beside the input, see ``default_output``)."""
+        ``dst`` (default: beside the input, see ``default_output``). A run that fails (an error, Ctrl-C, a file
+        of a folder) having kept no vault removes the key file this runner made (``drop_new_key``)."""
+        self._key_back()
+        try:
+            result = self._run(src, dst)
+        except BaseException:
+            self.drop_new_key()
+            raise
+        if result.summary.interrupted or any(f.status == FAILED for f in result.files):
+            self.drop_new_key()
+        else:
+            self._key_kept = True  # it did what was asked: the key is the user's now, vault or not
+        return result
+
+    def drop_new_key(self, outputs=()) -> None:
+        """After a failed run (or batch): remove the key file this runner made (--new-key) when no vault it may
+        open is on disk: none beside an output a vault was opened for (``RunKeys.vault_outputs``) or one of
+        ``outputs`` (a batch's, whose workers opened theirs), under its final or its unfinished name. A key file
+        that was there before the runner, that no longer holds its key, or that an earlier run of the runner
+        succeeded with, is never touched."""
+        path = self._new_key
+        if path is None or self._key_removed or self._key_kept:
+            return
+        for out in [*self._keys.vault_outputs, *outputs]:
+            if vault_path_for(Path(out)).exists() or vault_path_for(partial_path_for(Path(out))).exists():
+                self._key_kept = True
+                return
+        try:
+            if path.read_bytes() != encode_key(self._keys.master):
+                return
+            path.unlink()
+        except OSError:
+            return
+        self._key_removed = True
+        log.warning("removed the key file %s made by this run: nothing was written that it opens", path)
+
+    def _key_back(self) -> None:
+        """The key file a failed run removed is written again (the same key) before this runner's next run,
+        whose vault needs it: refused when another file has taken its name meanwhile."""
+        if self._key_removed:
+            write_master_key(self._keys.master, self._new_key)
+            self._key_removed = False
+            log.warning("wrote the master key made by this runner to %s again", self._new_key)
+
+    def _run(self, src: str, dst: str | Path | None) -> RunResult:
         o = self.options
         if o.edits is not None:
             _refuse_edits(src, o)
