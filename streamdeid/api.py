@@ -5,10 +5,11 @@ Both are thin: ``anonymize`` is a ``Runner`` (run/runner.py) made from its argum
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+from .checks import PATH, ArgumentError, check_arg
 from .config import PipelineConfig
-from .types import StreamdeidError
 from .live.config import LiveConfig
 from .restore import MODEL_MODE_CAVEAT, RecoverResult, recover
 from .run import RunOptions, RunResult, Runner
@@ -40,9 +41,16 @@ def anonymize(src: str, dst: str | Path | None = None, config: PipelineConfig | 
     ``runner``: an existing ``Runner`` (its options and loaded models; the other arguments but ``dst`` are
     then ignored), to anonymize many inputs without loading the models again.
     """
+    # wrong types are named here, before any work (``ArgumentError``: a TypeError and a StreamdeidError)
     if config is not None and not isinstance(config, PipelineConfig):
-        raise StreamdeidError(f"config must be a streamdeid.PipelineConfig (e.g. PipelineConfig() with "
-                              f"config.detect.score_threshold = 0.5), not {type(config).__name__}")
+        raise ArgumentError(f"config must be a streamdeid.PipelineConfig (e.g. PipelineConfig() with "
+                            f"config.detect.score_threshold = 0.5), not {type(config).__name__}")
+    for name, value, hint in (("src", src, PATH), ("dst", dst, PATH | None), ("config", config, PipelineConfig | None),
+                              ("key_file", key_file, PATH | None), ("new_key", new_key, bool), ("vault", vault, bool),
+                              ("store_crops", store_crops, bool), ("skip_existing", skip_existing, bool),
+                              ("live", live, LiveConfig | None), ("runner", runner, Runner | None)):
+        check_arg(name, value, hint)
+    src = os.fspath(src)
     if runner is None:
         runner = Runner(RunOptions(config or PipelineConfig(), key_file=key_file, new_key=new_key, vault=vault,
                                    store_crops=store_crops, skip_existing=skip_existing,

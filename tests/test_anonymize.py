@@ -165,3 +165,73 @@ def test_the_api_says_what_config_it_takes() -> None:
 
     with pytest.raises(StreamdeidError, match="config must be a streamdeid.PipelineConfig"):
         streamdeid.anonymize("in.mp4", "out.mp4", {"threshold": 0.5})
+
+
+def _config_with(section: str | None, name: str, value):
+    from streamdeid.config import PipelineConfig
+
+    config = PipelineConfig()
+    setattr(getattr(config, section) if section else config, name, value)
+    return config
+
+
+@pytest.mark.parametrize("call, says", [
+    (lambda d: dict(src=123), r"src must be a path \(str or os.PathLike\), not int"),
+    (lambda d: dict(src=None), r"src must be a path \(str or os.PathLike\), not None"),
+    (lambda d: dict(dst=5), r"dst must be a path \(str or os.PathLike\) or None, not int"),
+    (lambda d: dict(key_file=7), r"key_file must be a path \(str or os.PathLike\) or None, not int"),
+    (lambda d: dict(new_key="no"), r"new_key must be True or False, not str"),
+    (lambda d: dict(live={"stop_after": 3}), r"live must be a LiveConfig or None, not dict"),
+    (lambda d: dict(runner="x"), r"runner must be a Runner or None, not str"),
+    (lambda d: dict(config=_config_with("detect", "min_face", "12")), r"config.detect.min_face must be an int, not str"),
+    (lambda d: dict(config=_config_with("detect", "score_threshold", "0.5")),
+     r"config.detect.score_threshold must be a number, not str"),
+    (lambda d: dict(config=_config_with("detect", "every", 2.5)), r"config.detect.every must be an int or None, not float"),
+    (lambda d: dict(config=_config_with("output", "crf", [18])), r"config.output.crf must be an int, not a list holding int"),
+    (lambda d: dict(config=_config_with("select", "references", str(d / "me.jpg"))),
+     r"config.select.references must be a list of paths \(str or os.PathLike\), not str"),
+    (lambda d: dict(config=_config_with(None, "detect", None)), r"config.detect must be a DetectConfig, not None"),
+    (lambda d: dict(config=_config_with(None, "export_tracks", 5)),
+     r"config.export_tracks must be a path \(str or os.PathLike\) or None, not int"),
+])
+def test_the_api_names_an_argument_of_the_wrong_type_before_any_work(tmp_path: Path, call, says: str) -> None:
+    """A number where a path goes, a string where a number goes, a list for a number, None for a section: a raw
+    TypeError from pathlib or from a comparison deep in the detector (after the new key file was made), an
+    AttributeError, or a run that went on with it (crf [18], new_key "no"). Now a TypeError that names the
+    argument and the type it takes, before anything is written. It is a StreamdeidError too (one line in a
+    folder or batch run)."""
+    import streamdeid
+
+    photo = tmp_path / "in.jpg"
+    photo.write_bytes(load_path("obama-240p.jpg").read_bytes())
+    args = dict(src=str(photo), dst=str(tmp_path / "out.jpg"), key_file=str(tmp_path / "k.bin"), new_key=True)
+    args.update(call(tmp_path))
+    src, dst = args.pop("src"), args.pop("dst")
+    with pytest.raises(TypeError, match=says) as info:
+        streamdeid.anonymize(src, dst, **args)
+    assert isinstance(info.value, StreamdeidError)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jpg"]
+
+
+@pytest.mark.parametrize("kwargs, says", [
+    (dict(anonymized=5), r"anonymized must be a path \(str or os.PathLike\), not int"),
+    (dict(key_file=None), r"key_file must be a path \(str or os.PathLike\), not None"),
+    (dict(tracks=3), r"tracks must be a list of ints or None, not int"),
+    (dict(tracks=["3"]), r"tracks must be a list of ints or None, not a list holding str"),
+    (dict(allow_partial="yes"), r"allow_partial must be True or False, not str"),
+])
+def test_recover_names_an_argument_of_the_wrong_type(tmp_path: Path, kwargs: dict, says: str) -> None:
+    from streamdeid.api import recover
+
+    args = dict(anonymized=str(tmp_path / "x.mp4"), dst=str(tmp_path / "r.mp4"), key_file=str(tmp_path / "k.bin"))
+    args.update(kwargs)
+    with pytest.raises(TypeError, match=says):
+        recover(args.pop("anonymized"), args.pop("dst"), **args)
+
+
+def load_path(name: str) -> Path:
+    from conftest import MEDIA
+
+    if not (MEDIA / name).exists():
+        pytest.skip(f"{MEDIA / name} not available")
+    return MEDIA / name

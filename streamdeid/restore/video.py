@@ -15,6 +15,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ..anonymizers import dbaf_recover_crops
+from ..checks import PATH, check_arg
 from ..config import PipelineConfig
 from ..files import refuse_clobbering
 
@@ -66,6 +67,11 @@ def recover(anonymized: str, dst: str | Path, *, key_file: str, vault: str | Pat
     A truncated vault does too, unless ``allow_partial``: then everything
     before the damage is restored and ``damage`` says what was lost.
     """
+    for name, value, hint in (("anonymized", anonymized, PATH), ("dst", dst, PATH), ("key_file", key_file, PATH),
+                              ("vault", vault, PATH | None), ("tracks", tracks, list[int] | None),
+                              ("config", config, PipelineConfig | None), ("allow_partial", allow_partial, bool),
+                              ("mode", mode, str), ("model", model, PATH | None), ("backend", backend, str)):
+        check_arg(name, value, hint)  # before any work (ArgumentError: a TypeError and a StreamdeidError)
     if mode not in ("exact", "model"):
         raise StreamdeidError(f"unknown recovery mode {mode!r} (exact or model)")
     config = config or PipelineConfig()

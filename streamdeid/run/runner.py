@@ -19,6 +19,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from ..checks import check_arg
 from ..files import refuse_clobbering, refuse_same_file
 from ..keys import RunKeys, encode_key, run_keys, write_master_key
 from ..pipeline import build_renderer
@@ -84,6 +85,7 @@ class Runner:
 
     def __init__(self, options: RunOptions | None = None, models: Models | None = None, *,
                  keys: RunKeys | None = None) -> None:
+        check_arg("options", options, RunOptions | None)  # its fields too: before the key file is made
         self.options = options or RunOptions()
         self.models = models or Models()
         self._keys = keys or run_keys(self.options.key_file, new_key=self.options.new_key)
