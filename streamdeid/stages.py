@@ -15,8 +15,8 @@ import numpy as np
 
 from .config import PipelineConfig, detect_cadence
 from .detect.closer import AGREE_IOU, CloserLook, GuessCheck, frame_scale_look
-from .detect.finder import (MAX_SCAN_SIDE, ODD_SIZE_RATIO, FaceFinder, concat, holds_a_centre, merge, odd_boxes,
-                            typical_sizes)
+from .detect.finder import (MAX_SCAN_SIDE, ODD_SIZE_RATIO, FaceFinder, concat, holds_a_centre, merge,
+                            min_face_over_picture, odd_boxes, typical_sizes)
 from .detect.fields import seen_by_detector
 from .detect.turns import TurnWatch
 from .edits.apply import took_added, with_added
@@ -156,6 +156,9 @@ class FaceStage:
                 log.warning("%dx%d video: faces are looked for from %.0f px, not from --min-face %d (the small-face "
                             "scan stops at %d px); a face under that size may be left visible",
                             w, h, self.smallest_face, self.min_face, MAX_SCAN_SIDE)
+            too_tall = min_face_over_picture(self.min_face, w, h, self.smallest_face, "video")
+            if too_tall:  # it was replaced without a word (the summary line named what was looked for)
+                log.warning("%s", too_tall)
         provisional = None
         blind_below = 0.0
         added = self.added.get(frame.index)

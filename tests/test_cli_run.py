@@ -48,6 +48,26 @@ def test_summary_says_which_faces_were_looked_for(tmp_path: Path, media: Path) -
     assert "looked for faces from 12 px" in lines["12"] and "looked for faces from 12 px" in lines["0"]
 
 
+def test_a_min_face_taller_than_the_picture_is_said(tmp_path: Path, media: Path) -> None:
+    """--min-face 1000 on a 320x240 video or photo was replaced without a word by what the passes look for (16-24
+    px, in the summary line only): now one warning says so, and the run goes on as before (a folder's or a
+    batch's files differ in size). A value the picture holds says nothing."""
+    make_video(tmp_path / "in.mp4", face_frames(media, 3))
+    photo = tmp_path / "in.jpg"
+    cv2.imwrite(str(photo), face_frames(media, 1)[0])
+    for name in ("in.mp4", "in.jpg"):
+        proc = run_cli("run", str(tmp_path / name), "-o", str(tmp_path / f"o1000_{name}"), "--no-progress",
+                       "--min-face", "1000")
+        err = _err_line(proc)
+        assert proc.returncode == 0, err
+        said = [line for line in err.splitlines() if "--min-face 1000" in line]
+        assert len(said) == 1 and "320x240" in said[0] and "taller than" in said[0], err
+        assert "looked for faces from" in said[0], err
+        proc = run_cli("run", str(tmp_path / name), "-o", str(tmp_path / f"o240_{name}"), "--no-progress",
+                       "--min-face", "240")
+        assert proc.returncode == 0 and "--min-face" not in _err_line(proc), _err_line(proc)
+
+
 def test_synthetic_face_video_is_covered_and_timing_kept(tmp_path: Path, media: Path) -> None:
     tb = Fraction(1, 1000)
     pts = [0, 40, 80, 200, 240, 400, 440, 480, 520, 700]  # variable frame rate

@@ -213,6 +213,16 @@ def _turned_instead(found: list[Detections], upright: int, surer: list[Detection
     return [ups[keep], pool[swap.any(axis=0)]]
 
 
+def min_face_over_picture(min_face: int, width: int, height: int, smallest: float, what: str) -> str | None:
+    """What to say when --min-face is taller than the picture (``what``: "video", "photo"): no face in it can
+    be that tall, so the value means nothing and the passes look for faces from ``smallest`` px, as for any
+    value they see without a scan. None when it fits."""
+    if min_face <= height:
+        return None
+    return (f"{width}x{height} {what}: --min-face {min_face} is taller than the picture ({height} px); "
+            f"looked for faces from {smallest:.0f} px")
+
+
 class FaceFinder:
     """Runs the passes of one detector backend over frames of any size."""
 

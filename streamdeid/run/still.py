@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from ..config import PipelineConfig
+from ..detect.finder import min_face_over_picture
 from ..edits import Edits, check_source, owner, with_added
 from ..render import FrameRenderer
 from ..summary import RunSummary
@@ -55,9 +56,13 @@ def run_still(src: Path, out: Path, config: PipelineConfig, renderer_for, edits:
     for close in closers:
         close()
     write_image(out, image, overwrite=config.output.overwrite)
+    smallest = still.smallest_face(image.shape[1], image.shape[0])
+    too_tall = min_face_over_picture(config.detect.min_face, image.shape[1], image.shape[0], smallest, "photo")
+    if too_tall:  # it was replaced without a word (the summary line named what was looked for)
+        log.warning("%s", too_tall)
     summary = RunSummary(frames=1, faces=len(result.faces), tracks=len(result.faces), fallbacks=renderer.fallbacks,
                          leak_fallbacks=renderer.leak_fallbacks, seconds=time.perf_counter() - t0,
-                         smallest_face=still.smallest_face(image.shape[1], image.shape[0]),
+                         smallest_face=smallest,
                          selection=decided.selection, decisions=decided.decisions)
     return RunResult(out, summary)
 
