@@ -90,11 +90,30 @@ class TokenGate:
 def _this_users(scope) -> bool:
     """Whether the connection comes from a socket of the user running the review (or the table cannot say:
     review/peer.py)."""
-    client, server = scope.get("client"), scope.get("server")
+    return _same_user(scope.get("client"), scope.get("server"))
+
+
+def _same_user(client, server) -> bool:
+    """``_this_users`` for a (host, port) pair each side; True when either is unknown."""
     if not client or not server:
         return True
     uid = peer_uid(int(client[1]), int(server[1]))
     return uid is None or uid == os.geteuid()
+
+
+def _local_user_protocol():
+    """uvicorn's HTTP/1.1 protocol, closing a connection another local user opened as soon as it is accepted.
+    Refusing its requests (``_this_users``) still left the socket open: uvicorn waits for a first request
+    without a timeout, so another user's idle connections used up the review's file descriptors."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class LocalUserOnly(H11Protocol):
+        def connection_made(self, transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            if not _same_user(transport.get_extra_info("peername"), transport.get_extra_info("sockname")):
+                transport.close()
+
+    return LocalUserOnly
 
 
 async def _plain(send, status: int, body: bytes) -> None:
@@ -240,7 +259,7 @@ class ReviewServer:
         self.url = f"http://{HOST}:{self.port}/{self.token}/"
         app = build_app(review, self.token, self.port)
         config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False,
-                                timeout_graceful_shutdown=2, server_header=False)
+                                timeout_graceful_shutdown=2, server_header=False, http=_local_user_protocol())
         self.server = uvicorn.Server(config)
 
     def run(self, on_ready: Callable[[], None] | None = None) -> None:
