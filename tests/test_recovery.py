@@ -525,9 +525,34 @@ def test_a_video_without_its_id_is_recovered_only_where_the_vault_fits(lossless,
     whole = _remux(lossless["out"], tmp_path / "remuxed.mkv")
     proc = cli("recover", whole, "--vault", lossless["vault"], "--key-file", lossless["key"], "--codec", "ffv1",
                "-o", tmp_path / "r.mkv", "--no-progress", check_ok=True)
-    assert "cannot be confirmed as its vault" in proc.stderr
+    assert "is checked against the frames it remembers of its output" in proc.stderr
     recovered = decode(tmp_path / "r.mkv")
     assert len(recovered) == 56 and all(np.array_equal(a, b) for a, b in zip(recovered, source_frames))
+    # re-encoded at a much lower quality (an upload): its frames still match the vault's thumbnails
+    from conftest import make_video
+
+    lowered = tmp_path / "lowered.mp4"
+    with av.open(str(lossless["out"])) as c:
+        frames = [f.to_ndarray(format="bgr24") for f in c.decode(video=0)]
+    with av.open(str(lowered), "w") as out:  # crf 35, no video id
+        stream = out.add_stream("libx264", rate=25)
+        stream.width, stream.height, stream.pix_fmt, stream.options = 480, 270, "yuv420p", {"crf": "35"}
+        for img in frames:
+            for packet in stream.encode(av.VideoFrame.from_ndarray(img, format="bgr24")):
+                out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)
+    cli("recover", lowered, "--vault", lossless["vault"], "--key-file", lossless["key"], "-o", tmp_path / "l.mkv",
+        "--no-progress", check_ok=True)
+    # another video as large and as long, no id: its faces would have been pasted in with a warning
+    import cv2
+
+    other = [cv2.resize(f, (480, 270)) for f in decode(MEDIA / "face-demographics-walking-and-pause.mp4")[:56]]
+    stranger = make_video(tmp_path / "other.mp4", other)
+    proc = cli("recover", stranger, "--vault", lossless["vault"], "--key-file", lossless["key"],
+               "-o", tmp_path / "o.mkv", "--no-progress")
+    assert proc.returncode == 1 and "is not the video anon.mkv.sdv was made beside" in proc.stderr, proc.stderr
+    assert not (tmp_path / "o.mkv").exists()
     cut = _remux(lossless["out"], tmp_path / "cut.mkv", frames=20)
     proc = cli("recover", cut, "--vault", lossless["vault"], "--key-file", lossless["key"], "-o", tmp_path / "c.mkv",
                "--no-progress")

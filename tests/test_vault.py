@@ -147,7 +147,7 @@ def test_inspect_without_key(vault):
     assert info["header"]["source_fingerprint"] == "sha256-head:ab:1"
     assert info["header"]["algorithms"].startswith("HKDF-SHA256/AES-256-GCM")
     assert info["header"]["crop_codec"] == "h264-rgb-lossless/source-yuv420p-lossless"
-    assert info["format_version"] == 3
+    assert info["format_version"] == 4
     assert info["track_ids"] == list(TRACKS)
     assert info["frame_records"] == len(truth)
     chunks = {(t, f // 2) for t, f in truth}  # one chunk per track and 2-frame group
@@ -220,9 +220,9 @@ def test_not_a_vault_and_version(tmp_path, vault):
     with pytest.raises(StreamdeidError, match="not found"):
         VaultReader(tmp_path / "missing.sdv")
     data = bytearray(path.read_bytes())
-    data[7] = 4
+    data[7] = 5
     p.write_bytes(bytes(data))
-    with pytest.raises(StreamdeidError, match="unsupported vault format version 4"):
+    with pytest.raises(StreamdeidError, match="unsupported vault format version 5"):
         VaultReader(p)
 
 
@@ -603,6 +603,48 @@ def test_a_record_rewritten_with_a_track_key_fails_the_masters_recovery(tmp_path
     with pytest.raises(StreamdeidError, match="digest does not match"):
         list(VaultReader(p).records(master))
     assert len(list(VaultReader(path).records(master))) == len(truth)  # the vault as written passes
+
+
+def test_format_3_vault_still_reads():
+    """tests/data/vault_v3.sdv: written by the format-3 writer (no output thumbnails in its END record) with _build,
+    the master key bytes(range(32)) and video id 00112233..eeff."""
+    from pathlib import Path
+
+    from streamdeid.keys.keyfile import MasterKey
+
+    r = VaultReader(Path(__file__).parent / "data" / "vault_v3.sdv")
+    assert r.version == 3 and r.inspect()["complete"] is True
+    recs = list(r.records(MasterKey(bytes(range(32))), strict=True))
+    assert r.damage is None and r.output_samples is None
+    assert len(recs) == len(TRACKS) * N_FRAMES - 1
+
+
+def test_the_end_record_remembers_the_output_and_a_changed_one_fails(tmp_path, vault):
+    """Format 4: the END record holds thumbnails of every 50th output frame (vault/fingerprint.py), under the
+    master key; they are bound like the rest of it."""
+    path, master, vid, truth = vault
+    r = VaultReader(path)
+    list(r.records(master))
+    assert r.output_samples == {}  # _build notes no output frames
+    w = tmp_path / "with.sdv"
+    meta = {"video_id": vid, "source_fingerprint": "sha256-head:ab:1", "output": "out.mp4"}
+    rng = np.random.default_rng(1)
+    images = [rng.integers(0, 255, (90, 160, 3), dtype=np.uint8) for _ in range(101)]
+    with VaultWriter(w, meta, master, quality="lossless") as vw:
+        for f, img in enumerate(images):
+            vw.advance(f)
+            vw.note_output(f, img)
+    r = VaultReader(w)
+    list(r.records(master))
+    assert sorted(r.output_samples) == [0, 50, 100]
+    from streamdeid.vault.fingerprint import thumbnail
+
+    assert all(np.array_equal(r.output_samples[f], thumbnail(images[f])) for f in (0, 50, 100))
+    data = bytearray(w.read_bytes())
+    data[-20] ^= 1  # inside the END record's ciphertext
+    w.write_bytes(bytes(data))
+    with pytest.raises(StreamdeidError, match="tampered"):
+        list(VaultReader(w).records(master))
 
 
 def test_format_2_vault_still_reads():

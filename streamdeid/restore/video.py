@@ -21,6 +21,7 @@ from ..files import refuse_clobbering
 
 from ..types import Frame, StreamdeidError
 from ..vault import VaultReader, read_video_id_tag, vault_path_for
+from ..vault import fingerprint
 from ..video.images import is_image
 from ..video.partial import final_path_for
 from ..video.reader import open_source
@@ -97,8 +98,9 @@ def recover(anonymized: str, dst: str | Path, *, key_file: str, vault: str | Pat
         if tag is not None and tag != reader.video_id.hex():
             raise StreamdeidError(f"{vault_path} belongs to another video than {src.name}")
         if tag is None:  # remuxed or re-encoded elsewhere: only the faces' places and frames can tell
-            log.warning("%s carries no streamdeid video id (remuxed or re-encoded?): %s cannot be confirmed as "
-                        "its vault; its faces must fit this video's frames and size", src.name, vault_path.name)
+            log.warning("%s carries no streamdeid video id (remuxed or re-encoded?): %s is checked against the "
+                        "frames it remembers of its output instead, and its faces must fit this video's frames and "
+                        "size", src.name, vault_path.name)
         reader.check_key(key, tracks)
         notes: list[str] = []
         if mode == "exact":
@@ -114,7 +116,10 @@ def recover(anonymized: str, dst: str | Path, *, key_file: str, vault: str | Pat
         writer = VideoWriter(dst, source, config.output, metadata=dict(source.metadata), private=True)
         ok = False
         try:
-            frames, beyond = _restore_frames(source, groups, apply, writer, config.progress)
+            seen: dict[int, np.ndarray] | None = {} if tag is None else None
+            frames, beyond = _restore_frames(source, groups, apply, writer, config.progress, seen)
+            if seen is not None:
+                _check_samples(reader, seen, src.name, vault_path.name)
             if beyond and not allow_partial:
                 raise StreamdeidError(f"{vault_path.name} holds faces on {beyond} frame(s) past this video's "
                                       f"{frames}: it is another video's vault, or this video was cut short "
@@ -132,14 +137,18 @@ def recover(anonymized: str, dst: str | Path, *, key_file: str, vault: str | Pat
                          getattr(apply, "within_others", 0))
 
 
-def _restore_frames(source, groups, apply, writer: VideoWriter, progress: bool) -> tuple[int, int]:
+def _restore_frames(source, groups, apply, writer: VideoWriter, progress: bool,
+                    seen: dict[int, np.ndarray] | None = None) -> tuple[int, int]:
     """Every item of ``source`` to ``writer``, each frame with its vault records applied; the frame count, and
-    how many frames of the vault lay past the video's end."""
+    how many frames of the vault lay past the video's end. ``seen``: filled with the thumbnails of the video's
+    frames as given (every fingerprint.EVERY-th, before any face is restored)."""
     frames = 0
     pending = next(groups, None)
     for item in tqdm(source, total=source.frame_count, unit="frame", disable=not progress,
                      desc="recover", dynamic_ncols=True):
         if isinstance(item, Frame):
+            if seen is not None and item.index % fingerprint.EVERY == 0:
+                seen[item.index] = fingerprint.thumbnail(item.image)
             while pending is not None and pending[0] < item.index:
                 pending = next(groups, None)
             if pending is not None and pending[0] == item.index:
@@ -151,6 +160,18 @@ def _restore_frames(source, groups, apply, writer: VideoWriter, progress: bool) 
     for _ in groups:  # drain: a tampered record after the video's last frame still counts
         beyond += 1
     return frames, beyond
+
+
+def _check_samples(reader: VaultReader, seen: dict[int, np.ndarray], video: str, vault: str) -> None:
+    """A video that carries no video id must show the frames the vault's END record remembers of its output
+    (vault/fingerprint.py; format 4, read by the master key): else it is another video than the vault's."""
+    if reader.output_samples is None:  # an older vault, or a one-person key (the END record is the master's)
+        return
+    off, both = fingerprint.differing(reader.output_samples, seen)
+    if both and off > (1 - fingerprint.MATCH_SHARE) * both:
+        raise StreamdeidError(f"{video} is not the video {vault} was made beside: {off} of the {both} frames the "
+                              "vault remembers of it differ (another video's vault, or a copy whose frames moved: "
+                              "another frame rate, a cut at the start); nothing was written")
 
 
 class _ExactRestore:

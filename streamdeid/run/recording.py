@@ -40,6 +40,7 @@ class VaultRecorder:
 
     def record(self, frame: Frame, pasted: list[PastedFace]) -> None:
         self.writer.advance(frame.index)  # closes the open chunk group on time, faces or not
+        self.writer.note_output(frame.index, frame.image)  # (rendered: the frame as the output shows it)
         crops = self.writer.store_crops
         yuv = frame.yuv if crops and self.writer.takes_planes else None
         for p in pasted:

@@ -2,7 +2,7 @@
 
 Header::
 
-    "SDVAULT" (7) | version u8 (3; 1 and 2 are still read) | json_len u32 | JSON metadata (UTF-8) | HMAC-SHA256 (32)
+    "SDVAULT" (7) | version u8 (4; 1-3 are still read) | json_len u32 | JSON metadata (UTF-8) | HMAC-SHA256 (32)
 
 The HMAC key is ``header_mac_key(master, video_id)``; ``header_digest`` =
 SHA-256 of everything before the HMAC and is bound into every record's AAD.
@@ -19,8 +19,10 @@ Records, appended one after another::
     TRACK_END (3) body = nonce (12) | GCM(vault_key, u64 number of FRAME/CHUNK records of this track)
     END       (4) body = nonce (12) | GCM(end_key, u64 records before END | u32 track count | DIGEST)
                   track_id = 0, frame_index = largest frame index in the vault
-                  DIGEST (32, version 3) = SHA-256 over every record before END of
+                  DIGEST (32, versions 3 and 4) = SHA-256 over every record before END of
                   length u32 | type u8 | track_id u32 | frame_index u64 | the GCM tag (its body's last 16)
+                  then (version 4) OUTPUT = every u32 | count u32 | (frame_index u64 | thumbnail 144)*:
+                  the anonymized output's frames, vault/fingerprint.py
 
     AAD = header_digest | seq u64 | type u8 | track_id u32 | frame_index u64 [| check or CHUNK clear fields]
 
@@ -67,9 +69,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 MAGIC = b"SDVAULT"
-VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
+VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)
 DIGEST_FROM = 3  # the first version whose END record holds the records' digest
+OUTPUT_FROM = 4  # ... and the output's thumbnails after it (variable length)
 ALGORITHMS = "HKDF-SHA256/AES-256-GCM/HMAC-SHA256"
 NONCE_LEN = 12
 TAG_LEN = 16
@@ -84,7 +87,7 @@ AAD = struct.Struct("<QBIQ")  # seq, type, track_id, frame_index
 
 TRACK, FRAME, TRACK_END, END, CHUNK = 1, 2, 3, 4, 5
 TYPE_NAMES = {TRACK: "track", FRAME: "frame", TRACK_END: "track-end", END: "end", CHUNK: "chunk"}
-DATA_TYPE = {1: FRAME, 2: CHUNK, 3: CHUNK}  # the face-data record type of each version
+DATA_TYPE = {1: FRAME, 2: CHUNK, 3: CHUNK, 4: CHUNK}  # the face-data record type of each version
 CHECK_LEN = 16
 # exact body sizes of the fixed-size record types
 BODY_LEN = {
@@ -181,9 +184,18 @@ def unpack_payload(data: bytes) -> FramePayload:
 def body_len(rtype: int, version: int) -> int | None:
     """The exact body size of a fixed-size record type in a vault of ``version`` (None: variable)."""
     size = BODY_LEN.get(rtype)
+    if size is not None and rtype == END and version >= OUTPUT_FROM:
+        return None  # (its OUTPUT part: min_body_len)
     if size is not None and rtype == END and version >= DIGEST_FROM:
         size += DIGEST_LEN
     return size
+
+
+def min_body_len(rtype: int, version: int) -> int:
+    """The smallest body a variable-size record type may have in a vault of ``version`` (0: no bound here)."""
+    if rtype == END and version >= OUTPUT_FROM:
+        return BODY_LEN[END] + DIGEST_LEN + 8
+    return {FRAME: MIN_FRAME_BODY, CHUNK: MIN_CHUNK_BODY}.get(rtype, 0)
 
 
 def digest_entry(length: int, rtype: int, track_id: int, frame_index: int, tag: bytes) -> bytes:

@@ -34,7 +34,7 @@ from streamdeid.keys import derive
 from streamdeid.keys.keyfile import KeyFile, MasterKey, TrackKey
 from streamdeid.types import StreamdeidError
 
-from . import chunk
+from . import chunk, fingerprint
 from . import format as fmt
 from .walk import Problem, Raw, walk
 
@@ -121,6 +121,8 @@ class VaultReader:
         self._mac = mac
         self.header_digest = hashlib.sha256(self._head).digest()
         self._data_start = len(self._head) + fmt.MAC_LEN
+        # the output's thumbnails (vault/fingerprint.py), read from the END record by the master key (format 4)
+        self.output_samples: dict[int, np.ndarray] | None = None
 
     def __repr__(self) -> str:
         return f"VaultReader(path={self.path!r}, video_id={self.video_id.hex()})"
@@ -350,6 +352,11 @@ class VaultReader:
         if digest is not None and not hmac.compare_digest(body[12:12 + fmt.DIGEST_LEN], digest.digest()):
             raise StreamdeidError(f"{where}: a record was rewritten since the vault was made (its digest does not "
                                   "match): the vault is tampered")
+        if self.version >= fmt.OUTPUT_FROM:
+            try:
+                self.output_samples = fingerprint.unpack(body[12 + fmt.DIGEST_LEN:])
+            except ValueError:
+                raise StreamdeidError(f"{where} is malformed: the vault is damaged or tampered") from None
 
     def _open_track(self, key: KeyFile, r: Raw, tampered: str) -> AESGCM:
         """The cipher of a TRACK record's track, after checking its key-check value and authenticating it."""

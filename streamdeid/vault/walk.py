@@ -122,8 +122,7 @@ class _Walk:
         if rtype not in fmt.TYPE_NAMES or rtype in (fmt.FRAME, fmt.CHUNK) and rtype != self.data_type:
             return self.corrupt("has an unknown type")
         expected = fmt.body_len(rtype, self.version)
-        if ((expected is not None and body_len != expected) or (rtype == fmt.FRAME and body_len < fmt.MIN_FRAME_BODY)
-                or (rtype == fmt.CHUNK and body_len < fmt.MIN_CHUNK_BODY)):
+        if (expected is not None and body_len != expected) or body_len < fmt.min_body_len(rtype, self.version):
             return self.corrupt("is corrupt (bad size)", rtype, tid, fi)
         bad_order = (
             (rtype == fmt.TRACK and (tid in self.open_tracks or tid in self.ended))

@@ -19,6 +19,7 @@ from streamdeid.video.planes import PIX_FMTS
 from . import chunk, crops
 from . import format as fmt
 from .header import build_header, master_bytes, parse_video_id
+from .fingerprint import OutputSamples
 
 log = logging.getLogger(__name__)
 
@@ -141,6 +142,7 @@ class VaultWriter:
         self._frame = -1  # frame index of the last append/advance
         self._seq = 0
         self._digest = hashlib.sha256()  # of every record written, for the END record (vault/format.py)
+        self._output = OutputSamples()  # thumbnails of the output's frames, for the END record (vault/fingerprint.py)
         self._max_frame = 0
         self._closed = False
 
@@ -282,6 +284,11 @@ class VaultWriter:
         self._pending_faces += 1
         return self._pending_faces
 
+    def note_output(self, frame_index: int, image: np.ndarray) -> None:
+        """Remember frame ``frame_index`` of the output as written (``image``: [H, W, 3] uint8 BGR, anonymized):
+        every EVERY-th frame's thumbnail goes into the END record (vault/fingerprint.py)."""
+        self._output.add(int(frame_index), image)
+
     def advance(self, frame_index: int) -> None:
         """Say that frame ``frame_index`` has begun (call it on every frame, faces or not):
         the open group is written once the frame leaves it."""
@@ -380,7 +387,8 @@ class VaultWriter:
                 aes, n = self._tracks[tid]
                 self._write_record(fmt.TRACK_END, tid, self._max_frame, aes, n.to_bytes(8, "little"))
             end = AESGCM(derive.end_key(self._master, self.video_id))
-            body = self._seq.to_bytes(8, "little") + len(self._tracks).to_bytes(4, "little") + self._digest.digest()
+            body = (self._seq.to_bytes(8, "little") + len(self._tracks).to_bytes(4, "little") + self._digest.digest()
+                    + self._output.pack())
             self._write_record(fmt.END, 0, self._max_frame, end, body)
             self._sync()
         finally:
