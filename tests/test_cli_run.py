@@ -870,8 +870,9 @@ def test_live_segments_each_get_a_vault_that_recovers(tmp_path: Path, media: Pat
 
         assert VaultReader(Path(str(seg) + ".sdv")).inspect()["header"]["fps"] == 25  # chunks of a second
     # lossless output and vault (the vault stored the decoder's planes): the segments recover to the input
+    # (the feed's last frames after the detector's last run are dropped, not written: Pipeline.drop_unsearched)
     source = decode(src)
-    assert len(all_back) == len(source) and all(np.array_equal(a, b) for a, b in zip(all_back, source))
+    assert 0 <= len(source) - len(all_back) <= 3 and all(np.array_equal(a, b) for a, b in zip(all_back, source))
     # Vaults of different segments are different videos: one cannot open another's file.
     wrong = run_cli("recover", str(segments[0]), "-o", str(tmp_path / "x.mkv"), "--key-file", str(key),
                     "--vault", str(segments[1]) + ".sdv", "--no-progress")

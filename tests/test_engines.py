@@ -129,7 +129,8 @@ def test_linked_fp16_export_reads_its_weights_from_the_checkpoint(model, tmp_pat
     assert graph.stat().st_size < ckpt.stat().st_size
     x, p = _inputs(model.cfg, 3, seed=7)
     got = create_backend("onnxrt", graph, intra_op_threads=1).run(x, p)
-    assert np.abs(got - create_backend("torch", ckpt, device="cpu").run(x, p)).max() <= 1e-5
+    # (two runtimes' float32 kernels sum in other orders: 1.2e-5 apart in one clean-clone CI run)
+    assert np.abs(got - create_backend("torch", ckpt, device="cpu").run(x, p)).max() <= 5e-5
     with torch.no_grad():
         fp32 = DBAFRuntime(model)(torch.from_numpy(x), torch.from_numpy(p)).numpy()
     assert np.abs(got - fp32).max() <= 1e-2  # fp16 storage: about 1e-3 on the shipped weights

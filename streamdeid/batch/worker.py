@@ -59,6 +59,12 @@ class BatchWorker:
             t0 = time.perf_counter()
             base, _ = runner.file(Path(task.input), dst)
             seconds = time.perf_counter() - t0
+        except KeyboardInterrupt:
+            # Ctrl-C (the driver's process group) outside the frame loop, which says what it kept itself: while
+            # the output was being opened, the models set up. Said here too: under load the driver's own
+            # "interrupted" line came alone, as if this worker had been lost (a test in a clean-clone CI)
+            log.warning("interrupted: %s before its frames were written", task.input)
+            return failed(task, "interrupted", attempt, self.name)
         except StreamdeidError as exc:  # a manifest row's options
             return failed(task, str(exc), attempt, self.name)
         except Exception as exc:  # a bug of ours on this file: record it, do the others
