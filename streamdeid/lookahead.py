@@ -86,6 +86,7 @@ DECIDE_WAIT = 6
 # reference face-frames covered; 0.5: 11). The same bound, for a back-filled frame no detector run saw, moves its
 # cover onto the first box carried back along the face's speed (``_settle``, ``_far_along``).
 FAST_IOU = 0.5
+BRIDGE_FRAMES = 4  # frames ``_bridge`` looks back for a track's last detection (the detector's idle cadence)
 SEEN_FRAMES = 600  # a track unseen this long is forgotten by _seen (tracks are remembered for seconds)
 
 
@@ -272,35 +273,46 @@ class LookaheadBuffer:
     def _bridge(self, result: FrameResult) -> None:
         """Move the between-runs covers of each track ``result`` detects onto the boxes interpolated between its
         last two detections, on the frames where the prediction drawn there overlaps that box under FAST_IOU (a
-        fast face: see FAST_IOU). Both detections are carried to each frame along the camera's motion."""
-        if result.scene_cut:
+        fast face: see FAST_IOU). Both detections are carried to each frame along the camera's motion. Looks
+        back BRIDGE_FRAMES at most, and tests each face's speed on its box centres first (a crowd pan has 150
+        detected faces a run: carrying every box cost 6-10 ms a frame)."""
+        if result.scene_cut or not self._buf:
             return
+        # newest first: (frame, its faces by track, the frame after it, that frame's motion inverted, as floats)
+        frames = [(r, {f.track_id: f for f in r.faces}, later, _floats(invert(later.motion)) if later.motion
+                   is not None else None) for r, later in
+                  zip(list(reversed(self._buf))[:BRIDGE_FRAMES], [result, *reversed(self._buf)])]
         for now in [f for f in result.faces if f.state == "detected"]:
-            between: list[tuple[FrameResult, TrackedFace, TrackedFace]] = []  # (frame, drawn, ``now`` carried back)
-            here, later, last = now, result, None
-            for earlier in reversed(self._buf):
-                if later.motion is not None:
-                    here = here.moved(invert(later.motion))
-                drawn = next((f for f in earlier.faces if f.track_id == now.track_id), None)
+            between: list[tuple[FrameResult, TrackedFace, FrameResult]] = []  # (frame, drawn, the frame after it)
+            last = None
+            back: list = []  # the inverted motions crossed, newest first
+            for earlier, faces, later, inverse in frames:
+                drawn = faces.get(now.track_id)
                 if drawn is None or drawn.state == "backfilled" or later.scene_cut:
                     break
                 if drawn.state == "detected":
                     last = drawn
                     break
-                between.append((earlier, drawn, here))
-                later = earlier
-            if last is None or not between:
-                continue
-            n = len(between) + 1
-            oldest, _, ahead = between[-1]  # both detections carried to the first frame between them
-            if not (_about_its_size(last, now) and float(np.hypot(*(box_centres(ahead.box) - box_centres(
-                    last.moved(oldest.motion).box)))) >= n * MAX_HELD_SPEED * _size(last)):
-                continue  # not a fast face at one size: two boxes of a track that jumped are no way between
-            for k, (earlier, drawn, ahead) in enumerate(reversed(between), start=1):
-                last = last.moved(earlier.motion)  # the last detection, carried to this frame
-                box = last.box + (ahead.box - last.box) * (k / n)  # [4] interpolated
-                if drawn.state == "held" and iou_matrix(drawn.box[None], box[None])[0, 0] < FAST_IOU:
-                    _redraw(earlier, drawn, _placed(drawn, box))
+                between.append((earlier, drawn, later))
+                back.append(inverse)
+            if last is not None and between and _about_its_size(last, now) and _fast_between(now, last, between, back):
+                self._redraw_between(now, last, between)
+
+    @staticmethod
+    def _redraw_between(now: TrackedFace, last: TrackedFace, between: list) -> None:
+        """Each between frame's held cover onto the box interpolated between ``last`` and ``now`` where it
+        overlaps that box under FAST_IOU."""
+        ahead, carried = [], now
+        for _, _, later in between:  # ``now`` carried back to each frame between, newest first
+            if later.motion is not None:
+                carried = carried.moved(invert(later.motion))
+            ahead.append(carried)
+        n = len(between) + 1
+        for k, ((earlier, drawn, _), there) in enumerate(zip(reversed(between), reversed(ahead)), start=1):
+            last = last.moved(earlier.motion)  # the last detection, carried to this frame
+            box = last.box + (there.box - last.box) * (k / n)  # [4] interpolated
+            if drawn.state == "held" and iou_matrix(drawn.box[None], box[None])[0, 0] < FAST_IOU:
+                _redraw(earlier, drawn, _placed(drawn, box))
 
     @staticmethod
     def _found(face: TrackedFace, template, earlier: FrameResult) -> TrackedFace:
@@ -356,6 +368,29 @@ def _far_along(face: TrackedFace, way: TrackedFace, shift: np.ndarray, frames: i
     if iou_matrix(np.asarray(way.box, np.float64)[None], carried[None])[0, 0] >= FAST_IOU:
         return way
     return _placed(face, carried).widened(frames, "backfilled")
+
+
+def _fast_between(now: TrackedFace, last: TrackedFace, between: list, back: list) -> bool:
+    """Whether ``now`` and ``last``, carried to the first frame between them, lie at least MAX_HELD_SPEED of its
+    size a frame apart (box centres only, through the camera's motion; ``back``: the motions that carry ``now``
+    back, inverted, newest first). In plain floats: numpy's per-call cost showed on a crowd."""
+    x1, y1, x2, y2 = now.box.tolist()
+    x, y = (x1 + x2) / 2, (y1 + y2) / 2
+    for m in back:
+        if m is not None:
+            x, y = m[0] * x + m[1] * y + m[2], m[3] * x + m[4] * y + m[5]
+    x1, y1, x2, y2 = last.box.tolist()
+    sx, sy = (x1 + x2) / 2, (y1 + y2) / 2
+    motion = between[-1][0].motion  # the first frame between them, from the last detection's
+    if motion is not None:
+        m = _floats(motion)
+        sx, sy = m[0] * sx + m[1] * sy + m[2], m[3] * sx + m[4] * sy + m[5]
+    return ((x - sx) ** 2 + (y - sy) ** 2) ** 0.5 >= (len(between) + 1) * MAX_HELD_SPEED * max(x2 - x1, y2 - y1, 1.0)
+
+
+def _floats(m: np.ndarray) -> tuple[float, ...]:
+    """A [2, 3] affine as six floats, row by row."""
+    return tuple(np.asarray(m, np.float64).reshape(6).tolist())
 
 
 def _placed(face: TrackedFace, box: np.ndarray) -> TrackedFace:
