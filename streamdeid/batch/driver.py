@@ -78,13 +78,13 @@ def run_batch(sources: list[str], out_dir: str | Path, opts: dict[str, Any], *, 
     # a bad option, a missing model or key fails here, before any worker starts (the key is created once, here)
     keyed = Runner(batch_options(opts))
     result = BatchResult([], json_path, 0.0, "no worker")
+    failed = True  # (an exception, Ctrl-C included, too)
     try:
         _drive(result, tasks, out, opts, ray, workers, cpus_per_worker, retries, csv_path, progress)
-    except BaseException:
-        keyed.drop_new_key([Path(t.output) for t in tasks])  # a key made for a batch that kept no vault
-        raise
-    if result.interrupted or any(o.status == FAILED for o in result.outcomes):
-        keyed.drop_new_key([Path(t.output) for t in tasks])
+        failed = result.interrupted or any(o.status == FAILED for o in result.outcomes)
+    finally:
+        if failed:  # a key made for a batch that kept no vault
+            keyed.drop_new_key([Path(t.output) for t in tasks])
     return result
 
 
