@@ -713,6 +713,22 @@ def test_skip_existing_never_takes_someone_elses_video_for_done_nor_replaces_it(
         assert proc.returncode == 0 and (out / "a.mp4").read_bytes() != (folder / "a.mp4").read_bytes()
 
 
+def test_a_folder_whose_every_file_fails_leaves_no_output_folder(tmp_path: Path) -> None:
+    """Nothing written, nothing made: an empty output folder would look like a run that finished. A folder
+    that was there before stays (it is the user's)."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "bad.mp4").write_bytes(np.random.default_rng(0).bytes(5000))
+    (folder / "worse.jpg").write_bytes(b"not a photo")
+    out = tmp_path / "made" / "out"
+    proc = run_cli("run", str(folder), "-o", str(out), "--no-vault", "--no-progress")
+    assert proc.returncode == 1 and "0 ok, 2 failed" in _err_line(proc), _err_line(proc)
+    assert not (tmp_path / "made").exists()  # the old code left made/out/, empty
+    out.mkdir(parents=True)
+    proc = run_cli("run", str(folder), "-o", str(out), "--no-vault", "--no-progress")
+    assert proc.returncode == 1 and out.is_dir() and not any(out.iterdir())
+
+
 def test_skip_existing_is_for_folders(tmp_path: Path, media: Path) -> None:
     src = make_video(tmp_path / "in.mp4", face_frames(media, 2))
     proc = run_cli("run", str(src), "--skip-existing", "--no-progress")

@@ -510,3 +510,15 @@ def test_saving_edits_follows_no_planted_symlink(tmp_path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([victim.name, target.name,
                                                                 f".{target.name}.{os.getpid()}.tmp"])
 
+
+
+def test_a_removals_tracking_pass_leaves_the_runs_warnings_to_the_output_run(clip: dict, edited: dict,
+                                                                          tmp_path: Path) -> None:
+    """With removals the video is read twice (a tracking pass, then the output run): a warning about the
+    video (--min-face taller than the picture) is said once, by the output run (the old code said it twice)."""
+    proc = run_cli("run", str(clip["path"]), "-o", str(tmp_path / "out.mkv"), *FLAGS, "--edits",
+                   str(clip["dir"] / "edits.json"), "--min-face", "500")
+    err = proc.stderr.decode()
+    assert proc.returncode == 0, err
+    assert "removals decided in a tracking pass" in err or "edits:" in err, err
+    assert err.count("is taller than the picture") == 1, err

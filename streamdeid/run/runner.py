@@ -341,10 +341,18 @@ class Runner:
                         ", ..." if len(subfolders) > 3 else "")
         if out.exists() and not out.is_dir():
             raise StreamdeidError(f"{out} is a file: the output of a folder is a folder (give another -o)")
+        made = [p for p in (out, *out.parents) if not p.exists()]  # the folders this run creates, deepest first
         try:
             out.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StreamdeidError(f"cannot create the output folder {out}: {exc.strerror or exc}") from None
+        try:
+            return self._folder_files(src, out, files)
+        finally:
+            _remove_if_empty(made)  # every file failed: no empty folder left that looks like a finished run
+
+    def _folder_files(self, src: Path, out: Path, files: list[Path]) -> RunResult:
+        """``_folder``'s loop: each of ``files`` (in ``src``) into the folder ``out``."""
         total = RunSummary()
         outcomes: list[FileOutcome] = []
         # videos have a bar each (run/video.py); photos one over the folder's photos, or a folder of them
@@ -394,6 +402,15 @@ class Runner:
         output = dataclasses.replace(self.config.output, overwrite=True)
         options = dataclasses.replace(self.options, config=dataclasses.replace(self.config, output=output))
         return self.with_options(options)
+
+
+def _remove_if_empty(folders: list[Path]) -> None:
+    """Removes ``folders`` (deepest first) that are empty, stopping at the first that is not."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:  # not empty (a file was written), or gone
+            return
 
 
 def refuse_redoing(dst: Path, vault: Path | None) -> None:

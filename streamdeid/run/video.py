@@ -6,14 +6,17 @@ decides everything around it (renderer, keys, whether and where a vault is writt
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
+import threading
 import time
 from pathlib import Path
 
 from tqdm import tqdm
 
+from .. import stages
 from ..anonymizers import reversible_method
 from ..config import PipelineConfig, SelectConfig
 from ..edits import EditPlan
@@ -167,12 +170,28 @@ def track_pass(src: str, config: PipelineConfig, renderer: FrameRenderer, edits:
     do not change tracks). Ctrl-C stops it before any output exists."""
     quiet = dataclasses.replace(config, select=SelectConfig(), export_tracks=None)
     t0 = time.perf_counter()
-    with open_source(src) as source:
+    with open_source(src) as source, _said_by_the_output_run(stages.log):
         summary = RunSummary()
         pipeline = Pipeline(quiet, renderer, fps=source.pace, emit=lambda _r, _p: None,
                             summary=summary, admit=lambda _r: False, edits=edits)
         pipeline.run(threaded_source(source, summary.times), lambda _item: None)
     log.info("edits: removals decided in a tracking pass over %s (%.1f s)", redact(src), time.perf_counter() - t0)
+
+
+@contextlib.contextmanager
+def _said_by_the_output_run(logger: logging.Logger):
+    """Warnings ``logger`` gives on this thread are dropped while the block runs: the tracking pass meets the
+    same video as the output run after it, which says them (--min-face against the picture was said twice)."""
+    here = threading.get_ident()
+
+    def keep(record: logging.LogRecord) -> bool:
+        return record.thread != here or record.levelno > logging.WARNING
+
+    logger.addFilter(keep)
+    try:
+        yield
+    finally:
+        logger.removeFilter(keep)
 
 
 def _seal_vault(vault_writer, writing: Path | None, keep: bool) -> bool:
