@@ -14,6 +14,8 @@ by --grow of its size on each side (hair, chin, the cover's margin). References 
 detectors the pipeline does not run (CenterFace at full resolution, score >= --centerface-threshold
 (--photo-centerface-threshold on the pans' photos),
 in deface's venv; dlib's HOG, upsampled once) and the hand labels of benchmarks/data/hand_faces.json.
+CenterFace is deface's own detector, so deface's covers lie inside its reference regions by construction; for
+a set that grades neither tool by its own detector on the pans: --references dlib-hog,hand --mtcnn WHEEL.
 A pixel "changed" by the rule of every coverage figure here (evaluation.recall.changed_pixels).
 
 Media (default):
@@ -103,7 +105,7 @@ def make_real_pan(photo: Path, width: int, out: Path, args):
     # 38 faces at 0.3 and 69 at 0.1, every one a face by eye. So a photo's references are CenterFace at
     # --photo-centerface-threshold on the scaled photo (on the photo itself, 0.1 finds 485 "faces" in the
     # band: not used), dlib's HOG and dlib's CNN (about 25 s a photo: cached)
-    if args.deface_python:
+    if args.deface_python and "centerface" in args.references:  # without it, deface is not graded by its own detector
         cf = CenterFaceReference(args.deface_python, args.photo_centerface_threshold)
         key = f"centerface-{args.photo_centerface_threshold}"
         refs["centerface"] = cached(still, key, lambda: cf.detect([(0, canvas)]))
@@ -112,6 +114,10 @@ def make_real_pan(photo: Path, width: int, out: Path, args):
     if args.cnn:
         refs["dlib-cnn"] = {0: cached(photo, "dlib-cnn-up1", lambda: DlibReference("cnn", 1).detect(
             [(0, image)]))[0] * scale}
+    if args.mtcnn:  # a detector neither tool runs (devtools/mtcnn_reference.py)
+        from devtools.mtcnn_reference import load_mtcnn, mtcnn_faces
+
+        refs["mtcnn"] = cached(still, "mtcnn-12", lambda: {0: mtcnn_faces(load_mtcnn(args.mtcnn), canvas)})
     boxes = np.array([f.box for f in merge_references(refs)], np.float64).reshape(-1, 4)
     pan = make_pan(SimpleNamespace(image=canvas, boxes=boxes), PAN_FRAME, frames=PAN_FRAMES)
     clip = out / f"pan_{photo.stem}_{width}.mp4"
@@ -363,7 +369,9 @@ def print_table(results: dict[str, dict]) -> None:
 def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("media", nargs="*", help="videos, or pan:PHOTO for a pan over a photo (default: see above)")
-    ap.add_argument("--references", default="centerface,dlib-hog,hand", help="reference sources for videos")
+    ap.add_argument("--references", default="centerface,dlib-hog,hand",
+                    help="reference sources for videos; on the pans' photos CenterFace is one only where listed "
+                         "here (dlib's HOG and CNN: --no-hog, --no-cnn)")
     ap.add_argument("--centerface-threshold", type=float, default=0.3)
     ap.add_argument("--photo-centerface-threshold", type=float, default=0.1,
                     help="CenterFace's threshold on the pans' photos (see make_real_pan)")
@@ -374,6 +382,9 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--pan-width", type=int, default=1920, help="width the crowd photo is scaled to for a pan")
     ap.add_argument("--no-hog", dest="hog", action="store_false", help="no dlib HOG reference on the pans' photos")
     ap.add_argument("--no-cnn", dest="cnn", action="store_false", help="no dlib CNN reference on the pans' photos")
+    ap.add_argument("--mtcnn", type=Path, default=None, metavar="WHEEL",
+                    help="facenet-pytorch 2.6.0's wheel (pip download facenet-pytorch==2.6.0 --no-deps): MTCNN on the "
+                         "pans' photos as a reference too, a detector neither tool runs (devtools/mtcnn_reference.py)")
     ap.add_argument("--run-args", default="--anonymizer solid", help="options for `streamdeid run`")
     ap.add_argument("--code", type=Path, default=None, help="run streamdeid from this source tree (before/after)")
     ap.add_argument("--no-deface", action="store_true")
