@@ -145,7 +145,11 @@ MAX_HELD_SPEED = 0.25
 
 # Stage 4 of the association (FaceTracker._fast): a track the last run found continues with a detection of its
 # face up to this many of its heights a frame away from its predicted centre, at a height within this ratio.
-FAST_REACH = 1.0
+# A new track's first pairing starts from no speed, so this is also the fastest face followed. At 1.0 a face
+# moving 1.1-1.4 of its size a frame (60 and 80 px faces on a street) started a new track at every run and was
+# bare on every frame the detector skipped (31 of 156 face-frames bare); at 1.6, 1 (the pixel check still refuses
+# neighbours: the crowd pans and hamilton covered the same, docs/recall.md).
+FAST_REACH = 1.6
 FAST_SIZE = 1.25
 
 # Between two detector runs a face is drawn at its predicted box (BETWEEN_RUNS_GROWTH larger). A face at
@@ -289,9 +293,12 @@ class FaceTracker:
         refused = self._refused(matched, boxes, same_face)
         for ti in refused:
             del matched[ti]
-        if same_face is not None:
-            matched.update(self._fast(matched, left_dets, boxes, same_face))
+        fast = self._fast(matched, left_dets, boxes, same_face) if same_face is not None else {}
+        matched.update(fast)
+        speeds = self._fast_speeds(fast, boxes)
         self._correct(matched, dets)
+        for ti, speed in speeds.items():  # the two detections measure it; the filter would take runs to follow
+            self._tracks[ti].mean[4:6] = speed
         # PRIVACY: unmatched detections (high or low score) start tracks now; a provisional one is
         # reported from its second detector run (FaceStage sets it only when the look-ahead reaches back)
         taken = set(matched.values())
@@ -407,6 +414,19 @@ class FaceTracker:
         for ti, di in pairs:
             matched[left_tracks[ti]] = left_dets[di]
         return matched, left_dets
+
+    def _fast_speeds(self, fast: dict[int, int], boxes: np.ndarray) -> dict[int, np.ndarray]:
+        """The centre speed ([2] px a frame) of each track ``_fast`` continued ({track index: detection
+        index}): the way from its last detection to this one over the frames between (the prediction less the
+        speed it assumed, so the camera's motion stays in). A face at 110 px a frame first paired from rest kept
+        a third of that speed after the Kalman update, and the frame after its last run was drawn 70 px behind
+        it (9% of its inner box covered)."""
+        speeds = {}
+        for ti, di in fast.items():
+            t = self._tracks[ti]
+            centre = (boxes[di, :2] + boxes[di, 2:]).astype(np.float64) / 2
+            speeds[ti] = t.mean[4:6] + (centre - t.mean[:2]) / max(t.misses, 1)
+        return speeds
 
     def _fast(self, matched: dict[int, int], left_dets: list[int], boxes: np.ndarray,
               same_face: SameFace) -> dict[int, int]:
