@@ -26,6 +26,12 @@ def _fast_clip(path: Path, speed: int, first: int) -> dict[int, tuple[int, int, 
     """A 16-frame 640x360 clip over a real street (person-bicycle-car-detection.mp4, no face in it): a still
     face at the bottom right from frame 0 (so the detector runs on every 2nd frame), and from frame ``first``
     a face moving ``speed`` px a frame to the right. Returns the moving face's box on each frame it is in."""
+    return _clip_at(path, [10 + speed * (i - first) if i >= first else None for i in range(16)])
+
+
+def _clip_at(path: Path, xs: list[int | None]) -> dict[int, tuple[int, int, int, int]]:
+    """``_fast_clip``'s street and still face, the moving face's left edge at ``xs[i]`` on frame i (None: not
+    in view; so is a face past the right edge). Returns the moving face's box on each frame it is in."""
     for name in ("30_0_0_20170103181149464.jpg.chip.jpg", "30_0_0_20170104000150443.jpg.chip.jpg"):
         if not (UTK / name).exists():
             pytest.skip(f"{UTK / name} not available")
@@ -33,11 +39,10 @@ def _fast_clip(path: Path, speed: int, first: int) -> dict[int, tuple[int, int, 
     still = cv2.resize(cv2.imread(str(UTK / "30_0_0_20170104000150443.jpg.chip.jpg")), (FACE_PX, FACE_PX))
     street = cv2.resize(decode(MEDIA / "person-bicycle-car-detection.mp4")[0], (640, 360))
     frames, boxes = [], {}
-    for i in range(16):
+    for i, x in enumerate(xs):
         image = street.copy()
         image[250:250 + FACE_PX, 540:540 + FACE_PX] = still
-        x = 10 + speed * (i - first)
-        if i >= first and x + FACE_PX <= 640:
+        if x is not None and x + FACE_PX <= 640:
             image[130:130 + FACE_PX, x:x + FACE_PX] = moving
             boxes[i] = (x, 130, x + FACE_PX, 130 + FACE_PX)
         frames.append(image)
@@ -48,8 +53,24 @@ def _fast_clip(path: Path, speed: int, first: int) -> dict[int, tuple[int, int, 
 @pytest.mark.parametrize("speed,first", [(80, 5), (80, 6), (60, 5), (110, 5)])  # 110 px: faster than its size
 def test_a_face_moving_most_of_its_size_a_frame_is_covered_on_every_frame(tmp_path: Path, speed: int,
                                                                            first: int) -> None:
-    src, out = tmp_path / "fast.mp4", tmp_path / "out.mkv"
-    boxes = _fast_clip(src, speed, first)
+    src = tmp_path / "fast.mp4"
+    _assert_covered(src, _fast_clip(src, speed, first))
+
+
+def test_a_fast_face_that_slows_down_is_covered_where_it_is_not_where_its_speed_led(tmp_path: Path) -> None:
+    """10 px a frame, 70 from frame 7 to 12, then 10: between the runs on frames 12 and 14 the prediction ran on
+    at 70, 60 px past the face; the look-ahead's bridge puts it between its two detections."""
+    xs, x = [], 5
+    for i in range(18):
+        xs.append(x)
+        x += 70 if 7 <= i < 12 else 10
+    src = tmp_path / "dart.mp4"
+    _assert_covered(src, _clip_at(src, xs))
+
+
+def _assert_covered(src: Path, boxes: dict[int, tuple[int, int, int, int]]) -> None:
+    """The inner half of the moving face at ``boxes`` changed on every frame of ``src``'s solid-fill output."""
+    out = src.with_name("out.mkv")
     res = run_cli("run", str(src), "-o", str(out), "--anonymizer", "solid", "--codec", "ffv1", "--no-vault")
     assert res.returncode == 0, res.stderr.decode()
     before, after = decode(src), decode(out)
