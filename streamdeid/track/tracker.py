@@ -147,8 +147,9 @@ MAX_HELD_SPEED = 0.25
 # face up to this many of its heights a frame away from its predicted centre, at a height within this ratio.
 # A new track's first pairing starts from no speed, so this is also the fastest face followed. At 1.0 a face
 # moving 1.1-1.4 of its size a frame (60 and 80 px faces on a street) started a new track at every run and was
-# bare on every frame the detector skipped (31 of 156 face-frames bare); at 1.6, 1 (the pixel check still refuses
-# neighbours: the crowd pans and hamilton covered the same, docs/recall.md).
+# bare on every frame the detector skipped (31 of 156 face-frames bare); at 1.6, with the speed its detections
+# measure (_fast_speeds), none (the pixel check still refuses neighbours: the crowd pans and hamilton covered the
+# same, docs/recall.md).
 FAST_REACH = 1.6
 FAST_SIZE = 1.25
 
