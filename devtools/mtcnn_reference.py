@@ -29,22 +29,16 @@ CACHE = Path.home() / ".cache" / "streamdeid" / "facenet-pytorch"
 
 
 def _batched_nms(boxes, scores, classes, threshold: float):
-    """torchvision.ops.batched_nms: indices kept by greedy NMS at IoU ``threshold``, per class, best first."""
+    """torchvision.ops.batched_nms: indices kept by greedy NMS at IoU ``threshold``, per class, best first
+    (the detectors' own NMS, streamdeid.detect.base.nms, on boxes shifted apart by class)."""
     import torch
+
+    from streamdeid.detect.base import nms
 
     if boxes.numel() == 0:
         return torch.zeros(0, dtype=torch.long)
     shifted = boxes + (classes.to(boxes) * (boxes.max() + 1))[:, None]  # classes never overlap
-    x1, y1, x2, y2 = shifted.unbind(1)
-    area = (x2 - x1) * (y2 - y1)
-    order, keep = scores.argsort(descending=True), []
-    while order.numel():
-        i, rest = order[0], order[1:]
-        keep.append(i)
-        inter = ((torch.minimum(x2[i], x2[rest]) - torch.maximum(x1[i], x1[rest])).clamp(min=0)
-                 * (torch.minimum(y2[i], y2[rest]) - torch.maximum(y1[i], y1[rest])).clamp(min=0))
-        order = rest[inter / (area[i] + area[rest] - inter) <= threshold]
-    return torch.stack(keep)
+    return torch.as_tensor(nms(shifted.detach().numpy(), scores.detach().numpy(), threshold))
 
 
 def _stand_ins() -> dict[str, types.ModuleType]:
