@@ -278,9 +278,9 @@ class LookaheadBuffer:
         detected faces a run: carrying every box cost 6-10 ms a frame)."""
         if result.scene_cut or not self._buf:
             return
-        # newest first: (frame, its faces by track, the frame after it, that frame's motion inverted: ([2, 3], the
-        # same as six floats) or None)
-        frames = [(r, {f.track_id: f for f in r.faces}, later, _inverse(later.motion)) for r, later in
+        # newest first: (frame, its faces by track, the frame after it, that frame's motion inverted, as floats)
+        frames = [(r, {f.track_id: f for f in r.faces}, later, _floats(invert(later.motion)) if later.motion
+                   is not None else None) for r, later in
                   zip(list(reversed(self._buf))[:BRIDGE_FRAMES], [result, *reversed(self._buf)])]
         for now in [f for f in result.faces if f.state == "detected"]:
             between: list[tuple[FrameResult, TrackedFace, FrameResult]] = []  # (frame, drawn, the frame after it)
@@ -296,16 +296,16 @@ class LookaheadBuffer:
                 between.append((earlier, drawn, later))
                 back.append(inverse)
             if last is not None and between and _about_its_size(last, now) and _fast_between(now, last, between, back):
-                self._redraw_between(now, last, between, back)
+                self._redraw_between(now, last, between)
 
     @staticmethod
-    def _redraw_between(now: TrackedFace, last: TrackedFace, between: list, back: list) -> None:
+    def _redraw_between(now: TrackedFace, last: TrackedFace, between: list) -> None:
         """Each between frame's held cover onto the box interpolated between ``last`` and ``now`` where it
-        overlaps that box under FAST_IOU (``back``: _fast_between's)."""
+        overlaps that box under FAST_IOU."""
         ahead, carried = [], now
-        for inverse in back:  # ``now`` carried back to each frame between, newest first
-            if inverse is not None:
-                carried = carried.moved(inverse[0])
+        for _, _, later in between:  # ``now`` carried back to each frame between, newest first
+            if later.motion is not None:
+                carried = carried.moved(invert(later.motion))
             ahead.append(carried)
         n = len(between) + 1
         for k, ((earlier, drawn, _), there) in enumerate(zip(reversed(between), reversed(ahead)), start=1):
@@ -375,12 +375,11 @@ def _fast_between(now: TrackedFace, last: TrackedFace, between: list, back: list
     size a frame apart, or the cover drawn on that frame lies that far from ``last`` (a fast face that stopped:
     the prediction ran on at its speed; a face darting at 70 px a frame that slowed to 10 was drawn 62 px
     past it). Box centres only, through the camera's motion (``back``: the motions that carry ``now`` back,
-    inverted, newest first: ``_inverse``'s). In plain floats: numpy's per-call cost showed on a crowd."""
+    inverted, newest first). In plain floats: numpy's per-call cost showed on a crowd."""
     x1, y1, x2, y2 = now.box.tolist()
     x, y = (x1 + x2) / 2, (y1 + y2) / 2
-    for inverse in back:
-        if inverse is not None:
-            m = inverse[1]
+    for m in back:
+        if m is not None:
             x, y = m[0] * x + m[1] * y + m[2], m[3] * x + m[4] * y + m[5]
     x1, y1, x2, y2 = last.box.tolist()
     sx, sy = (x1 + x2) / 2, (y1 + y2) / 2
@@ -393,14 +392,6 @@ def _fast_between(now: TrackedFace, last: TrackedFace, between: list, back: list
         return True
     x1, y1, x2, y2 = between[-1][1].box.tolist()  # the cover drawn on that frame
     return (((x1 + x2) / 2 - sx) ** 2 + ((y1 + y2) / 2 - sy) ** 2) ** 0.5 >= MAX_HELD_SPEED * size
-
-
-def _inverse(motion: np.ndarray | None) -> tuple[np.ndarray, tuple[float, ...]] | None:
-    """``motion`` ([2, 3] affine) inverted, as the array and as six floats (``_fast_between``'s), or None."""
-    if motion is None:
-        return None
-    inverse = invert(motion)
-    return inverse, _floats(inverse)
 
 
 def _floats(m: np.ndarray) -> tuple[float, ...]:
